@@ -1,0 +1,174 @@
+// The command tree, the global options, and the one place where errors become
+// a message on stderr and an exit code.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "error.hpp"
+#include "input.hpp"
+#include "lmdb_broker.hpp"
+#include "records.hpp"
+
+namespace cli {
+
+int exit_code(q::ErrorKind kind) {
+  switch (kind) {
+    case q::ErrorKind::Usage: return kUsage;
+    case q::ErrorKind::InvalidData: return kDataErr;
+    case q::ErrorKind::NotFound: return kNoInput;
+    case q::ErrorKind::Stale: return kStale;
+    case q::ErrorKind::Full: return kTempFail;
+    case q::ErrorKind::Busy: return kUnavailable;
+    case q::ErrorKind::Io: return kIoErr;
+    case q::ErrorKind::Permission: return kNoPerm;
+  }
+  return kIoErr;
+}
+
+std::string Context::queue_file() const {
+  if (!file.empty()) return file;
+  if (const char* env = std::getenv("Q_FILE"); env && *env) return env;
+  std::string data_home;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') {
+    data_home = xdg;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    data_home = std::string(home) + "/.local/share";
+  } else {
+    throw q::Error(q::ErrorKind::Usage,
+                   "no queue file: set -f/--file or Q_FILE (HOME is not set)");
+  }
+  return data_home + "/q/default.q";
+}
+
+std::unique_ptr<q::Broker> Context::open(bool create) const {
+  q::LmdbOptions options;
+  options.open.path = queue_file();
+  options.open.create = create;
+  const char* no_sync_env = std::getenv("Q_NO_SYNC");
+  options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
+  std::string timeout = lock_timeout;
+  std::string flag = "--lock-timeout";
+  if (timeout.empty()) {
+    if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
+      timeout = env;
+      flag = "Q_LOCK_TIMEOUT";
+    }
+  }
+  if (!timeout.empty()) options.open.lock_timeout = duration_flag(flag, timeout);
+  return q::open_lmdb_broker(options);
+}
+
+bool write_stdout(const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(STDOUT_FILENO, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
+      std::cerr << "q: cannot write to standard output: " << std::strerror(errno) << "\n";
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+namespace {
+
+constexpr const char* kFooter = R"(Queue file: -f/--file, else $Q_FILE, else
+  ${XDG_DATA_HOME:-$HOME/.local/share}/q/default.q
+
+Durations: 500ms, 30s, 5m, 2h, 4d, or a bare number of seconds.
+Times: RFC 3339 (2026-11-30T08:00:00Z) or @UNIX_SECONDS.
+
+Exit codes:
+   0  success
+   1  nothing to receive
+   3  stale receipt (the message was redelivered, acked or dead-lettered)
+  64  usage error
+  65  bad input data (too large, malformed receipt or attribute)
+  66  not found (no such queue file, queue or message)
+  69  busy: the writer lock was not granted within --lock-timeout
+  74  I/O error, disk full, corrupt or incompatible queue file
+  75  queue full, try later (nothing was written)
+  77  permission denied
+
+Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME.
+Run 'q COMMAND --help' for a command's options.)";
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  // A closed pipe ends the process quietly, as for any filter; nothing is
+  // printed while a transaction is open, so this never interrupts one.
+  signal(SIGPIPE, SIG_DFL);
+  // A file size limit must show up as an error (EFBIG), not kill us mid-commit.
+  signal(SIGXFSZ, SIG_IGN);
+
+  Context ctx;
+  CLI::App app{"q: a durable message queue in one file, for shell scripts and cron jobs.",
+               "q"};
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.set_version_flag("--version",
+                       fmt::format("q {} (queue file format {})", Q_VERSION,
+                                   q::store::kFormatVersion));
+  app.add_option("-f,--file", ctx.file, "Queue file (default: $Q_FILE, else the XDG data path)")
+      ->type_name("PATH");
+  app.add_flag("--no-sync", ctx.no_sync,
+               "Do not sync commits to disk: faster, but an OS crash or power loss may lose "
+               "the last commits (also Q_NO_SYNC=1)");
+  app.add_option("--lock-timeout", ctx.lock_timeout,
+                 "Longest wait for the writer lock before exit 69 (default 10s; also "
+                 "Q_LOCK_TIMEOUT)")
+      ->type_name("DUR");
+
+  add_create(app, ctx);
+  add_send(app, ctx);
+  add_receive(app, ctx);
+  add_ack(app, ctx);
+  add_extend(app, ctx);
+  add_nack(app, ctx);
+  add_peek(app, ctx);
+  add_stats(app, ctx);
+  add_list(app, ctx);
+  add_dlq(app, ctx);
+  add_redrive(app, ctx);
+  add_purge(app, ctx);
+  add_delete(app, ctx);
+
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      std::cerr << "q: " << e.what() << " (see 'q --help')\n";
+      return kUsage;
+    }
+  } catch (const q::Error& e) {
+    std::cerr << "q: " << e.what() << "\n";
+    return exit_code(e.kind());
+  } catch (const std::bad_alloc&) {
+    std::cerr << "q: out of memory\n";
+    return kIoErr;
+  }
+  if (!ctx.out.empty() && !write_stdout(ctx.out)) return kIoErr;
+  return ctx.exit;
+}
+
+}  // namespace cli

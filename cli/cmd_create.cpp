@@ -1,0 +1,111 @@
+// q create QUEUE [settings] and q config QUEUE [settings]: the same flags.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "input.hpp"
+#include "output.hpp"
+#include "timefmt.hpp"
+
+namespace cli {
+namespace {
+
+struct SettingsFlags {
+  std::string queue;
+  std::string visibility_timeout, retention, delay, dedup_window;
+  std::optional<std::uint32_t> max_receives, max_size;
+  std::optional<std::uint64_t> max_depth;
+  bool json = false;
+
+  q::ConfigChange change() const {
+    q::ConfigChange c;
+    if (!visibility_timeout.empty())
+      c.visibility_timeout = duration_flag("--visibility-timeout", visibility_timeout);
+    if (!retention.empty()) c.retention = duration_flag("--retention", retention);
+    if (!delay.empty()) c.delay = duration_flag("--delay", delay);
+    if (!dedup_window.empty()) c.dedup_window = duration_flag("--dedup-window", dedup_window);
+    c.max_receives = max_receives;
+    c.max_size = max_size;
+    c.max_depth = max_depth;
+    return c;
+  }
+};
+
+void add_settings(CLI::App* cmd, SettingsFlags& f) {
+  cmd->add_option("QUEUE", f.queue, "Queue name: 1 to 80 letters, digits, '-', '_', '.'")
+      ->required();
+  cmd->add_option("--visibility-timeout", f.visibility_timeout,
+                  "How long a received message stays hidden before it is delivered again "
+                  "(default 30s, at most 12h)")
+      ->type_name("DUR");
+  cmd->add_option("--max-receives", f.max_receives,
+                  "Deliveries before a message moves to the dead-letter queue (default 5, "
+                  "1 to 1000; 0 never)")
+      ->type_name("N");
+  cmd->add_option("--retention", f.retention,
+                  "How long an unacknowledged message is kept (default 4d)")
+      ->type_name("DUR");
+  cmd->add_option("--delay", f.delay, "Delay before a new message is visible (default 0s)")
+      ->type_name("DUR");
+  cmd->add_option("--max-depth", f.max_depth,
+                  "Refuse sends beyond this many waiting messages, exit 75 (default 0: "
+                  "unlimited)")
+      ->type_name("N");
+  cmd->add_option("--max-size", f.max_size, "Largest body in bytes (default 1048576)")
+      ->type_name("BYTES");
+  cmd->add_option("--dedup-window", f.dedup_window,
+                  "How long a --dedup-id is remembered (default 5m)")
+      ->type_name("DUR");
+}
+
+std::string settings_text(const std::string& queue, const q::QueueConfig& c, bool json) {
+  if (json)
+    return JsonObject()
+               .str("queue", queue)
+               .num("visibility_timeout_ms", c.visibility_timeout)
+               .num("max_receives", c.max_receives)
+               .num("retention_ms", c.retention)
+               .num("delay_ms", c.delay)
+               .num("max_depth", static_cast<long long>(c.max_depth))
+               .num("max_size", c.max_size)
+               .num("dedup_window_ms", c.dedup_window)
+               .done() +
+           "\n";
+  Table t;
+  t.row({"queue", queue});
+  t.row({"visibility-timeout", q::format_duration(c.visibility_timeout)});
+  t.row({"max-receives", c.max_receives ? std::to_string(c.max_receives) : "0 (never)"});
+  t.row({"retention", q::format_duration(c.retention)});
+  t.row({"delay", q::format_duration(c.delay)});
+  t.row({"max-depth", c.max_depth ? std::to_string(c.max_depth) : "0 (unlimited)"});
+  t.row({"max-size", std::to_string(c.max_size)});
+  t.row({"dedup-window", q::format_duration(c.dedup_window)});
+  return t.render();
+}
+
+}  // namespace
+
+void add_create(CLI::App& app, Context& ctx) {
+  auto create_flags = std::make_shared<SettingsFlags>();
+  auto* create = app.add_subcommand(
+      "create", "Create a queue (and the queue file when missing); an existing queue with "
+                "the same settings is fine");
+  add_settings(create, *create_flags);
+  create->callback([create_flags, &ctx] {
+    auto change = create_flags->change();
+    ctx.open(/*create=*/true)->create_queue(create_flags->queue, change);
+  });
+
+  auto config_flags = std::make_shared<SettingsFlags>();
+  auto* config = app.add_subcommand(
+      "config", "Show a queue's settings, or change those given (they apply from now on)");
+  add_settings(config, *config_flags);
+  config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
+  config->callback([config_flags, &ctx] {
+    auto change = config_flags->change();
+    auto settings = ctx.open()->configure(config_flags->queue, change);
+    ctx.out += settings_text(config_flags->queue, settings, config_flags->json);
+  });
+}
+
+}  // namespace cli

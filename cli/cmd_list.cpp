@@ -1,0 +1,20 @@
+// q list: the queues of the file, one name a line.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "output.hpp"
+
+namespace cli {
+
+void add_list(CLI::App& app, Context& ctx) {
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand("list", "List the queues of the file, one name a line");
+  cmd->add_flag("--json", *json, "One {\"name\":..} object a line");
+  cmd->callback([json, &ctx] {
+    for (const auto& name : ctx.open()->list_queues())
+      ctx.out += *json ? JsonObject().str("name", name).done() + "\n" : name + "\n";
+  });
+}
+
+}  // namespace cli

@@ -1,0 +1,67 @@
+// q receive QUEUE [-n N] [--wait DUR] [--visibility-timeout DUR] [--json]
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "input.hpp"
+#include "output.hpp"
+
+namespace cli {
+namespace {
+
+struct ReceiveFlags {
+  std::string queue;
+  std::uint32_t max = 1;
+  std::string wait, visibility_timeout;
+  bool json = false;
+};
+
+void run_receive(const ReceiveFlags& f, Context& ctx) {
+  q::ReceiveOptions options;
+  options.max_messages = f.max;
+  if (!f.wait.empty()) options.wait = duration_flag("--wait", f.wait);
+  if (!f.visibility_timeout.empty())
+    options.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
+
+  auto messages = ctx.open()->receive(f.queue, options);
+  if (messages.empty()) {
+    ctx.exit = kEmpty;
+    return;
+  }
+  for (const auto& m : messages) {
+    if (f.json)
+      ctx.out += message_json(m, false);
+    else
+      ctx.out += fmt::format("{}\t{}\t{}\t{}\n", m.id, m.receipt, m.receive_count,
+                             text_escape(m.body));
+  }
+}
+
+}  // namespace
+
+void add_receive(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<ReceiveFlags>();
+  auto* cmd = app.add_subcommand(
+      "receive",
+      "Receive messages: each is hidden for the visibility timeout and must be acked with "
+      "its receipt. Prints ID, RECEIPT, RECEIVE_COUNT and BODY (escaped) separated by tabs, "
+      "or --json. Exit 1 when there is nothing to receive");
+  cmd->add_option("QUEUE", f->queue, "Queue to receive from")->required();
+  cmd->add_option("-n,--max", f->max, "Receive up to N messages (default 1)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--wait", f->wait,
+                  "Long poll: wait up to DUR for a message (wakes within milliseconds of a "
+                  "send)")
+      ->type_name("DUR");
+  cmd->add_option("--visibility-timeout", f->visibility_timeout,
+                  "Hide the messages for DUR instead of the queue's timeout")
+      ->type_name("DUR");
+  cmd->add_flag("--json", f->json,
+                "One JSON object a line: id, receipt, body (or body_base64), receive_count, "
+                "sent_at, attributes, ...");
+  cmd->callback([f, &ctx] { run_receive(*f, ctx); });
+}
+
+}  // namespace cli

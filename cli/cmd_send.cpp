@@ -1,0 +1,88 @@
+// q send QUEUE [BODY|-] [--lines|-0] [--delay DUR|--at TIME] [--attr K=V]... [--dedup-id ID]
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "error.hpp"
+#include "input.hpp"
+#include "output.hpp"
+
+namespace cli {
+namespace {
+
+struct SendFlags {
+  std::string queue;
+  std::optional<std::string> body;
+  bool lines = false, null = false, create = false, quiet = false, json = false;
+  std::string delay, at, dedup_id;
+  std::vector<std::string> attributes;
+};
+
+void run_send(const SendFlags& f, Context& ctx) {
+  q::SendOptions options;
+  options.create_queue = f.create;
+  if (!f.delay.empty()) options.delay = duration_flag("--delay", f.delay);
+  if (!f.at.empty()) options.at = time_flag("--at", f.at);
+  q::Attributes attributes;
+  for (const auto& a : f.attributes) attributes.push_back(attribute_flag(a));
+
+  // All input is read before the transaction starts: a producer stalled on
+  // its stdin must never hold the writer lock.
+  std::string data = (!f.body || *f.body == "-") ? read_stdin() : *f.body;
+  std::vector<std::string> bodies;
+  if (f.lines || f.null)
+    bodies = split_records(data, f.null ? '\0' : '\n');
+  else
+    bodies.push_back(std::move(data));
+
+  std::vector<q::OutgoingMessage> messages;
+  messages.reserve(bodies.size());
+  for (auto& body : bodies) messages.push_back({std::move(body), attributes, f.dedup_id});
+
+  auto results = ctx.open(f.create)->send(f.queue, std::move(messages), options);
+  if (f.quiet) return;
+  for (const auto& r : results) {
+    if (f.json)
+      ctx.out += JsonObject().str("id", r.id).boolean("duplicate", r.duplicate).done() + "\n";
+    else
+      ctx.out += r.id + "\n";
+  }
+}
+
+}  // namespace
+
+void add_send(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<SendFlags>();
+  auto* cmd = app.add_subcommand(
+      "send", "Send a message (BODY, or standard input when BODY is absent or '-'); prints "
+              "its id");
+  cmd->add_option("QUEUE", f->queue, "Queue to send to")->required();
+  cmd->add_option("BODY", f->body, "Message body, taken verbatim; '-' or absent: stdin");
+  auto* lines = cmd->add_flag("--lines", f->lines,
+                              "One message per line of input (without its newline), all in "
+                              "one transaction");
+  auto* null = cmd->add_flag("-0,--null", f->null, "One message per NUL-terminated record");
+  lines->excludes(null);
+  auto* delay = cmd->add_option("--delay", f->delay, "Make the message visible after DUR")
+                    ->type_name("DUR");
+  cmd->add_option("--at", f->at, "Make the message visible at TIME")
+      ->type_name("TIME")
+      ->excludes(delay);
+  cmd->add_option("--attr", f->attributes, "Attach an attribute (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  auto* dedup = cmd->add_option("--dedup-id", f->dedup_id,
+                                "A repeat with this id inside the queue's dedup window stores "
+                                "nothing and prints the first message's id")
+                    ->type_name("ID");
+  dedup->excludes(lines)->excludes(null);
+  cmd->add_flag("--create", f->create, "Create the queue (and file) with default settings if "
+                                       "missing");
+  auto* quiet = cmd->add_flag("-q,--quiet", f->quiet, "Print nothing on success");
+  cmd->add_flag("--json", f->json, "Print {\"id\":..,\"duplicate\":..} per message")
+      ->excludes(quiet);
+  cmd->callback([f, &ctx] { run_send(*f, ctx); });
+}
+
+}  // namespace cli

@@ -1,0 +1,29 @@
+// Each command lives in cli/cmd_<name>.cpp: add_<name>() declares its options
+// and runs it: parse -> one libq call -> format.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace cli {
+
+struct Context;
+
+void add_create(CLI::App& app, Context& ctx);  // create, config
+void add_delete(CLI::App& app, Context& ctx);
+void add_list(CLI::App& app, Context& ctx);
+void add_send(CLI::App& app, Context& ctx);
+void add_receive(CLI::App& app, Context& ctx);
+void add_ack(CLI::App& app, Context& ctx);
+void add_extend(CLI::App& app, Context& ctx);
+void add_nack(CLI::App& app, Context& ctx);
+void add_peek(CLI::App& app, Context& ctx);
+void add_purge(CLI::App& app, Context& ctx);
+void add_stats(CLI::App& app, Context& ctx);
+void add_dlq(CLI::App& app, Context& ctx);
+void add_redrive(CLI::App& app, Context& ctx);
+
+int run(int argc, char** argv);
+
+}  // namespace cli

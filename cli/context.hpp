@@ -1,0 +1,49 @@
+// What every command shares: the global options, the opened queue file, the
+// standard output buffer (written only after the command's transaction
+// committed) and the exit code.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "broker.hpp"
+#include "error.hpp"
+
+namespace cli {
+
+// Exit codes, the same for every command (sysexits where one fits).
+enum Exit : int {
+  kOk = 0,
+  kEmpty = 1,        // nothing to receive
+  kStale = 3,        // a receipt is stale
+  kUsage = 64,       // EX_USAGE
+  kDataErr = 65,     // EX_DATAERR: too large, malformed receipt or attribute
+  kNoInput = 66,     // EX_NOINPUT: no such queue file, queue or message
+  kUnavailable = 69, // EX_UNAVAILABLE: writer lock not granted within --lock-timeout
+  kIoErr = 74,       // EX_IOERR: I/O error, disk full, corrupt or incompatible file
+  kTempFail = 75,    // EX_TEMPFAIL: queue full, nothing written
+  kNoPerm = 77,      // EX_NOPERM
+};
+
+int exit_code(q::ErrorKind kind);
+
+struct Context {
+  // Global options.
+  std::string file;          // -f/--file, else $Q_FILE, else the default path
+  bool no_sync = false;      // --no-sync or Q_NO_SYNC=1
+  std::string lock_timeout;  // --lock-timeout, else $Q_LOCK_TIMEOUT, else 10s
+
+  std::string out;           // standard output, written when the command is done
+  int exit = kOk;
+
+  // The queue file this invocation uses, by precedence.
+  std::string queue_file() const;
+  // Opens the queue file; `create` makes it (and its directories) when missing.
+  std::unique_ptr<q::Broker> open(bool create = false) const;
+};
+
+// Writes the whole buffer to standard output; false when that failed (already
+// reported). A closed pipe ends quietly.
+bool write_stdout(const std::string& data);
+
+}  // namespace cli

@@ -1,0 +1,26 @@
+// Parsing what users type: durations, times, attributes, and reading stdin.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "broker.hpp"
+
+namespace cli {
+
+// Throw q::Error(Usage) naming `flag` when `text` is malformed.
+q::Millis duration_flag(const std::string& flag, const std::string& text);
+q::Millis time_flag(const std::string& flag, const std::string& text);
+
+// KEY=VALUE; throws q::Error(InvalidData) naming the flag when malformed.
+std::pair<std::string, std::string> attribute_flag(const std::string& text);
+
+// Reads all of standard input, binary-safe. Throws q::Error(Io) on failure.
+std::string read_stdin();
+
+// Splits on `separator`; a final unterminated record counts, a final separator
+// does not start an empty one.
+std::vector<std::string> split_records(const std::string& data, char separator);
+
+}  // namespace cli

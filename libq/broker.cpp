@@ -1,0 +1,69 @@
+#include "broker.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "error.hpp"
+#include "timefmt.hpp"
+
+namespace q {
+
+void validate(const QueueConfig& c) {
+  auto bad = [](const std::string& what) { throw Error(ErrorKind::Usage, what); };
+  if (c.visibility_timeout < 0 || c.visibility_timeout > kMaxVisibilityTimeout)
+    bad(fmt::format("--visibility-timeout {}: must be between 0s and 12h",
+                    format_duration(c.visibility_timeout)));
+  if (c.max_receives > kMaxMaxReceives)
+    bad(fmt::format("--max-receives {}: must be between 1 and {} (or 0: never dead-letter)",
+                    c.max_receives, kMaxMaxReceives));
+  if (c.retention < kMinute || c.retention > 365 * kDay)
+    bad(fmt::format("--retention {}: must be between 1m and 365d", format_duration(c.retention)));
+  if (c.delay < 0 || c.delay > kMaxDelay)
+    bad(fmt::format("--delay {}: must be between 0s and 12h", format_duration(c.delay)));
+  if (c.max_size < 1 || c.max_size > kMaxMaxSize)
+    bad(fmt::format("--max-size {}: must be between 1 and {} bytes", c.max_size, kMaxMaxSize));
+  if (c.dedup_window < 0 || c.dedup_window > 7 * kDay)
+    bad(fmt::format("--dedup-window {}: must be between 0s and 7d",
+                    format_duration(c.dedup_window)));
+}
+
+QueueConfig apply(QueueConfig c, const ConfigChange& change) {
+  if (change.visibility_timeout) c.visibility_timeout = *change.visibility_timeout;
+  if (change.max_receives) c.max_receives = *change.max_receives;
+  if (change.retention) c.retention = *change.retention;
+  if (change.delay) c.delay = *change.delay;
+  if (change.max_depth) c.max_depth = *change.max_depth;
+  if (change.max_size) c.max_size = *change.max_size;
+  if (change.dedup_window) c.dedup_window = *change.dedup_window;
+  return c;
+}
+
+bool is_valid_queue_name(const std::string& name) {
+  if (name.empty() || name.size() > kMaxQueueName) return false;
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.';
+  });
+}
+
+const char* to_string(MessageState state) {
+  switch (state) {
+    case MessageState::Visible: return "visible";
+    case MessageState::InFlight: return "in_flight";
+    case MessageState::Delayed: return "delayed";
+    case MessageState::Dead: return "dead";
+  }
+  return "unknown";
+}
+
+Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, double unit) {
+  if (base <= 0 || cap <= 0) return 0;
+  std::uint32_t exponent = receive_count == 0 ? 0 : std::min<std::uint32_t>(receive_count - 1, 40);
+  double ceiling = std::min(static_cast<double>(cap), std::ldexp(static_cast<double>(base), exponent));
+  unit = std::clamp(unit, 0.0, 1.0);
+  return static_cast<Millis>(std::floor(ceiling * unit));
+}
+
+}  // namespace q

@@ -1,0 +1,199 @@
+// The queue operations the CLI needs, independent of where messages are kept.
+// LmdbBroker (lmdb_broker.hpp) is the one backend today; a backend on a
+// distributed engine would implement the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clock.hpp"
+
+namespace q {
+
+// Limits and defaults follow Amazon SQS where it has an answer.
+constexpr Millis kMaxVisibilityTimeout = 12 * kHour;
+constexpr Millis kMaxDelay = 12 * kHour;  // SQS allows 15 min; we schedule further out
+constexpr Millis kDeadLetterRetention = 14 * kDay;
+constexpr std::uint32_t kMaxMaxReceives = 1000;
+constexpr std::size_t kMaxQueueName = 80;
+constexpr std::size_t kMaxDedupId = 128;
+constexpr std::size_t kMaxReason = 4096;
+constexpr std::size_t kMaxAttributes = 64;
+constexpr std::size_t kMaxAttributeKey = 256;
+constexpr std::uint32_t kMaxMaxSize = 256u * 1024 * 1024;
+
+struct QueueConfig {
+  Millis visibility_timeout = 30 * kSecond;
+  std::uint32_t max_receives = 5;  // 0: never dead-letter
+  Millis retention = 4 * kDay;
+  Millis delay = 0;
+  std::uint64_t max_depth = 0;  // 0: unlimited
+  std::uint32_t max_size = 1024 * 1024;  // body bytes
+  Millis dedup_window = 5 * kMinute;
+};
+
+// The settings a `create` or `config` names; unset fields stay as they are.
+struct ConfigChange {
+  std::optional<Millis> visibility_timeout;
+  std::optional<std::uint32_t> max_receives;
+  std::optional<Millis> retention;
+  std::optional<Millis> delay;
+  std::optional<std::uint64_t> max_depth;
+  std::optional<std::uint32_t> max_size;
+  std::optional<Millis> dedup_window;
+
+  bool empty() const {
+    return !visibility_timeout && !max_receives && !retention && !delay && !max_depth &&
+           !max_size && !dedup_window;
+  }
+};
+
+// Throws Error(Usage) naming the setting when a value is out of range.
+void validate(const QueueConfig& config);
+QueueConfig apply(QueueConfig config, const ConfigChange& change);
+
+// Lifetime counters of a queue: they only grow.
+struct QueueCounters {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  std::uint64_t acked = 0;
+  std::uint64_t nacked = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t redriven = 0;
+  std::uint64_t expired = 0;
+  std::uint64_t deduplicated = 0;
+};
+
+struct QueueStats {
+  std::string name;
+  QueueConfig config;
+  Millis created_at = 0;
+  std::uint64_t visible = 0;
+  std::uint64_t in_flight = 0;
+  std::uint64_t delayed = 0;
+  std::uint64_t dead = 0;
+  // Age of the oldest message that is visible or in flight; none when there is none.
+  std::optional<Millis> oldest_age;
+  QueueCounters counters;
+};
+
+using Attributes = std::vector<std::pair<std::string, std::string>>;
+
+struct OutgoingMessage {
+  std::string body;
+  Attributes attributes;
+  std::string dedup_id;  // empty: none
+};
+
+struct SendOptions {
+  std::optional<Millis> delay;  // overrides the queue's delay
+  std::optional<Millis> at;     // absolute time the message becomes visible
+  bool create_queue = false;    // create a missing queue with default settings
+};
+
+struct SendResult {
+  std::string id;
+  bool duplicate = false;  // an earlier message with the same dedup id stands
+};
+
+enum class MessageState { Visible, InFlight, Delayed, Dead };
+const char* to_string(MessageState state);
+
+struct Message {
+  std::string id;
+  std::string receipt;  // only on a delivery
+  std::string body;
+  Attributes attributes;
+  std::uint32_t receive_count = 0;
+  MessageState state = MessageState::Visible;
+  Millis sent_at = 0;
+  Millis visible_at = 0;
+  std::optional<Millis> first_received_at;
+  std::optional<Millis> last_received_at;
+  std::optional<Millis> dead_at;
+  std::string reason;  // the last nack reason, or why it was dead-lettered
+  std::string dedup_id;
+};
+
+struct ReceiveOptions {
+  std::uint32_t max_messages = 1;
+  std::optional<Millis> visibility_timeout;  // overrides the queue's
+  Millis wait = 0;                           // long poll: block up to this long
+};
+
+enum class ReceiptOutcome { Done, Stale, Malformed };
+
+struct ReceiptResult {
+  std::string receipt;
+  ReceiptOutcome outcome = ReceiptOutcome::Done;
+  std::string detail;  // why it was stale or malformed
+};
+
+struct NackOptions {
+  Millis delay = 0;
+  bool backoff = false;
+  Millis backoff_base = 1 * kSecond;
+  Millis backoff_cap = 15 * kMinute;
+  std::string reason;
+};
+
+struct RedriveOptions {
+  std::vector<std::string> ids;           // empty: all, oldest first
+  std::optional<std::uint64_t> max;       // at most this many
+  bool dry_run = false;
+};
+
+struct RemovedCounts {
+  std::uint64_t messages = 0;
+  std::uint64_t dead_letters = 0;
+};
+
+class Broker {
+ public:
+  virtual ~Broker() = default;
+
+  // Creates the queue; an existing queue is fine when `change` agrees with it.
+  // Returns true when the queue was created.
+  virtual bool create_queue(const std::string& queue, const ConfigChange& change) = 0;
+  virtual QueueConfig configure(const std::string& queue, const ConfigChange& change) = 0;
+  virtual RemovedCounts delete_queue(const std::string& queue) = 0;
+  virtual std::vector<std::string> list_queues() = 0;
+
+  virtual std::vector<SendResult> send(const std::string& queue,
+                                       std::vector<OutgoingMessage> messages,
+                                       const SendOptions& options) = 0;
+  // Empty when nothing became visible within options.wait.
+  virtual std::vector<Message> receive(const std::string& queue,
+                                       const ReceiveOptions& options) = 0;
+  virtual std::vector<ReceiptResult> ack(const std::string& queue,
+                                         const std::vector<std::string>& receipts) = 0;
+  // Throw Error(Stale) or Error(InvalidData) for a stale or malformed receipt.
+  // extend returns the new visible-until time.
+  virtual Millis extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
+  virtual Millis nack(const std::string& queue, const std::string& receipt,
+                      const NackOptions& options) = 0;
+
+  virtual std::vector<Message> peek(const std::string& queue, std::size_t max) = 0;
+  virtual std::uint64_t purge(const std::string& queue) = 0;
+  // Every queue when `queue` is empty.
+  virtual std::vector<QueueStats> stats(const std::string& queue) = 0;
+
+  virtual std::vector<Message> dead_letters(const std::string& queue, std::size_t max) = 0;
+  virtual std::uint64_t purge_dead_letters(const std::string& queue) = 0;
+  // Returns the dead letters moved back (or that would move, with dry_run).
+  virtual std::vector<Message> redrive(const std::string& queue,
+                                       const RedriveOptions& options) = 0;
+};
+
+// Queue names: 1 to 80 of letters, digits, '-', '_' and '.'.
+bool is_valid_queue_name(const std::string& name);
+
+// Full jitter: uniform in [0, min(cap, base * 2^(receive_count-1))], from a
+// uniform random `unit` in [0, 1).
+Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, double unit);
+
+}  // namespace q

@@ -1,0 +1,1003 @@
+#include "lmdb_broker.hpp"
+
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "records.hpp"
+#include "timefmt.hpp"
+
+namespace q {
+namespace {
+
+using store::Cursor;
+using store::Header;
+using store::QueueRecord;
+using store::Txn;
+
+// Lazy clean-up of expired messages, dead letters and dedup entries rides on
+// transactions that run anyway; the bound keeps any one of them short.
+constexpr std::size_t kExpireBatch = 1000;
+
+std::string_view bytes_of(const std::uint64_t& v) {
+  return {reinterpret_cast<const char*>(&v), sizeof v};
+}
+
+[[noreturn]] void no_such_queue(const std::string& queue) {
+  throw Error(ErrorKind::NotFound,
+              fmt::format("queue {}: no such queue (create it with 'q create {}')", queue, queue));
+}
+
+void check_queue_name(const std::string& queue) {
+  if (!is_valid_queue_name(queue))
+    throw Error(ErrorKind::Usage,
+                fmt::format("queue name '{}': use 1 to {} letters, digits, '-', '_' or '.'", queue,
+                            kMaxQueueName));
+}
+
+// One queue inside one transaction: its record, loaded once and saved at the end.
+class QueueView {
+ public:
+  QueueView(Txn& txn, const store::Databases& db, std::string name, QueueRecord record,
+            Millis now)
+      : txn(txn), db(db), name(std::move(name)), rec(std::move(record)), now(now),
+        prefix(store::key_q(rec.qid)) {}
+
+  Txn& txn;
+  const store::Databases& db;
+  std::string name;
+  QueueRecord rec;
+  Millis now;
+  std::string prefix;
+
+  void save() { txn.put(db.queues, name, store::encode(rec)); }
+
+  std::uint64_t depth() const { return rec.ready + rec.delayed + rec.leased; }
+
+  [[noreturn]] void corrupt(const std::string& what) const {
+    throw Error(ErrorKind::Io, fmt::format("{}: queue {}: {} (run 'q verify' or restore a backup)",
+                                           txn.env().path(), name, what));
+  }
+
+  std::optional<Header> find_header(MDB_dbi dbi, std::uint64_t seq) {
+    auto bytes = txn.get(dbi, store::key_q_seq(rec.qid, seq));
+    if (!bytes) return std::nullopt;
+    auto header = store::decode_header(*bytes);
+    if (!header)
+      corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
+                          store::message_id(seq)));
+    return header;
+  }
+
+  store::Body body(std::uint64_t seq) {
+    auto bytes = txn.get(db.bodies, store::key_seq(seq));
+    if (!bytes) corrupt(fmt::format("the body of message {} is missing", store::message_id(seq)));
+    auto body = store::decode_body(*bytes);
+    if (!body)
+      corrupt(fmt::format("the body of message {} is damaged (checksum mismatch)",
+                          store::message_id(seq)));
+    return std::move(*body);
+  }
+
+  void put_header(MDB_dbi dbi, std::uint64_t seq, const Header& header) {
+    txn.put(dbi, store::key_q_seq(rec.qid, seq), store::encode(header));
+  }
+
+  // ---- the schedule: ready, delayed and leases indexes ----------------------
+
+  // Files the message under its visible_at according to its flags.
+  void link(std::uint64_t seq, Header& header) {
+    if ((header.flags & Header::kDelayed) && header.visible_at <= now)
+      header.flags &= static_cast<std::uint8_t>(~Header::kDelayed);
+    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
+    if (header.flags & Header::kLeased) {
+      txn.put(db.leases, key, {});
+      ++rec.leased;
+    } else if (header.flags & Header::kDelayed) {
+      txn.put(db.delayed, key, {});
+      ++rec.delayed;
+    } else {
+      txn.put(db.ready, key, {});
+      ++rec.ready;
+    }
+  }
+
+  // Due lease and delay entries may already have moved to `ready`.
+  void unlink(std::uint64_t seq, const Header& header) {
+    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
+    if ((header.flags & Header::kLeased) && txn.del(db.leases, key)) {
+      --rec.leased;
+      return;
+    }
+    if ((header.flags & Header::kDelayed) && txn.del(db.delayed, key)) {
+      --rec.delayed;
+      return;
+    }
+    if (txn.del(db.ready, key)) {
+      --rec.ready;
+      return;
+    }
+    corrupt(fmt::format("message {} is missing from the schedule index", store::message_id(seq)));
+  }
+
+  // Moves due entries of `from` to `ready`; returns how many.
+  std::uint64_t promote(MDB_dbi from) {
+    std::vector<std::string> due;
+    {
+      Cursor c(txn, from);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) {
+        if (store::key_time(c.key()) > now) break;
+        due.emplace_back(c.key());
+      }
+    }
+    for (const auto& key : due) {
+      txn.del(from, key);
+      txn.put(db.ready, key, {});
+    }
+    return due.size();
+  }
+
+  // ---- removal --------------------------------------------------------------
+
+  void remove_live(std::uint64_t seq, const Header& header) {
+    unlink(seq, header);
+    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
+    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
+    txn.del(db.bodies, store::key_seq(seq));
+  }
+
+  // Takes a dead letter out of the dead-letter queue; its body stays.
+  void unfile_dead(std::uint64_t seq, const Header& header) {
+    txn.del(db.dead, store::key_q_seq(rec.qid, seq));
+    txn.del(db.dead_expiry, store::key_q_time_seq(rec.qid, header.dead_at, seq));
+    --rec.dead;
+  }
+
+  void remove_dead(std::uint64_t seq, const Header& header) {
+    unfile_dead(seq, header);
+    txn.del(db.bodies, store::key_seq(seq));
+  }
+
+  void dead_letter(std::uint64_t seq, Header header, std::string reason) {
+    unlink(seq, header);
+    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
+    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
+    header.flags = 0;
+    header.nonce = 0;
+    header.dead_at = now;
+    header.reason = std::move(reason);
+    put_header(db.dead, seq, header);
+    txn.put(db.dead_expiry, store::key_q_time_seq(rec.qid, now, seq), {});
+    ++rec.dead;
+    ++rec.counters.dead_lettered;
+  }
+
+  // ---- maintenance run by every write transaction on the queue ----------------
+
+  void maintain() {
+    auto leases_due = promote(db.leases);
+    rec.leased -= leases_due;
+    rec.ready += leases_due;
+    auto delays_due = promote(db.delayed);
+    rec.delayed -= delays_due;
+    rec.ready += delays_due;
+    expire_messages();
+    expire_dead_letters();
+    expire_dedup();
+  }
+
+  void expire_messages() {
+    std::vector<std::pair<std::uint64_t, Header>> old;
+    {
+      Cursor c(txn, db.messages);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
+           ok = c.next()) {
+        auto header = store::decode_header(c.value());
+        if (!header) break;  // reported when someone reads it
+        if (header->sent_at + rec.config.retention > now) break;
+        old.emplace_back(store::key_q_seq_seq(c.key()), std::move(*header));
+      }
+    }
+    for (const auto& [seq, header] : old) remove_live(seq, header);
+    rec.counters.expired += old.size();
+  }
+
+  void expire_dead_letters() {
+    std::vector<std::uint64_t> old;
+    {
+      Cursor c(txn, db.dead_expiry);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
+           ok = c.next()) {
+        if (store::key_time(c.key()) + kDeadLetterRetention > now) break;
+        old.push_back(store::key_time_seq(c.key()));
+      }
+    }
+    for (auto seq : old) {
+      auto header = find_header(db.dead, seq);
+      if (header) remove_dead(seq, *header);
+    }
+    rec.counters.expired += old.size();
+  }
+
+  void expire_dedup() {
+    std::vector<std::string> old;
+    {
+      Cursor c(txn, db.dedup_expiry);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
+           ok = c.next()) {
+        if (store::key_time(c.key()) > now) break;
+        old.emplace_back(c.key());
+      }
+    }
+    for (const auto& key : old) {
+      txn.del(db.dedup_expiry, key);
+      // A later send may have renewed this dedup id with a later expiry.
+      auto dedup_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
+      auto entry = txn.get(db.dedup, dedup_key);
+      if (entry && entry->size() == 16) {
+        Millis expires = 0;
+        std::memcpy(&expires, entry->data() + 8, 8);
+        if (expires <= now) txn.del(db.dedup, dedup_key);
+      }
+    }
+  }
+
+  // ---- dedup ------------------------------------------------------------------
+
+  std::optional<std::uint64_t> find_dedup(const std::string& dedup_id) {
+    auto entry = txn.get(db.dedup, store::key_q_bytes(rec.qid, dedup_id));
+    if (!entry || entry->size() != 16) return std::nullopt;
+    std::uint64_t seq = 0;
+    Millis expires = 0;
+    std::memcpy(&seq, entry->data(), 8);
+    std::memcpy(&expires, entry->data() + 8, 8);
+    if (expires <= now) return std::nullopt;
+    return seq;
+  }
+
+  void remember_dedup(const std::string& dedup_id, std::uint64_t seq) {
+    Millis expires = now + rec.config.dedup_window;
+    char value[16];
+    std::memcpy(value, &seq, 8);
+    std::memcpy(value + 8, &expires, 8);
+    txn.put(db.dedup, store::key_q_bytes(rec.qid, dedup_id), {value, 16});
+    txn.put(db.dedup_expiry, store::key_q_time_bytes(rec.qid, expires, dedup_id), {});
+  }
+
+  // ---- receipts -----------------------------------------------------------------
+
+  struct Delivery {
+    std::uint64_t seq;
+    Header header;
+  };
+
+  // The current delivery a receipt names; throws Error(InvalidData or Stale).
+  Delivery current_delivery(const std::string& receipt) {
+    auto parsed = store::parse_receipt(receipt);
+    if (!parsed)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
+                              "receive', like m1f.0123456789abcdef)",
+                              receipt));
+    auto header = find_header(db.messages, parsed->seq);
+    auto id = store::message_id(parsed->seq);
+    if (!header) {
+      if (find_header(db.dead, parsed->seq))
+        throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} was moved to "
+                                                  "the dead-letter queue of {}",
+                                                  receipt, id, name));
+      throw Error(ErrorKind::Stale,
+                  fmt::format("receipt {}: stale: message {} is no longer in queue {} (acked, "
+                              "purged or expired)",
+                              receipt, id, name));
+    }
+    if (header->nonce != parsed->nonce) {
+      if (header->nonce == 0)
+        throw Error(ErrorKind::Stale,
+                    fmt::format("receipt {}: stale: message {} was released (nack) after this "
+                                "receipt was issued",
+                                receipt, id));
+      throw Error(ErrorKind::Stale,
+                  fmt::format("receipt {}: stale: message {} was delivered again since (receive "
+                              "count now {})",
+                              receipt, id, header->receive_count));
+    }
+    return {parsed->seq, std::move(*header)};
+  }
+};
+
+Message to_message(std::uint64_t seq, const Header& h, store::Body body, MessageState state) {
+  Message m;
+  m.id = store::message_id(seq);
+  m.body = std::move(body.body);
+  m.attributes = std::move(body.attributes);
+  m.dedup_id = std::move(body.dedup_id);
+  m.receive_count = h.receive_count;
+  m.state = state;
+  m.sent_at = h.sent_at;
+  m.visible_at = h.visible_at;
+  if (h.first_received_at) m.first_received_at = h.first_received_at;
+  if (h.last_received_at) m.last_received_at = h.last_received_at;
+  if (h.dead_at) m.dead_at = h.dead_at;
+  m.reason = h.reason;
+  return m;
+}
+
+MessageState state_of(const Header& h, Millis now) {
+  if (h.visible_at <= now) return MessageState::Visible;
+  if (h.flags & Header::kLeased) return MessageState::InFlight;
+  return MessageState::Delayed;
+}
+
+// Wakes a long-polling receiver when any process commits to the file: LMDB
+// writes the data file on every commit, and inotify sees writes by all processes.
+class FileWatch {
+ public:
+  explicit FileWatch(const std::string& path) {
+    fd_ = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd_ >= 0 && inotify_add_watch(fd_, path.c_str(), IN_MODIFY) < 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileWatch(const FileWatch&) = delete;
+  FileWatch& operator=(const FileWatch&) = delete;
+
+  // Waits until the file changes or `ms` pass.
+  void wait(Millis ms) {
+    if (ms <= 0) return;
+    if (fd_ < 0) {
+      // No inotify (limits reached): fall back to a short poll.
+      ::usleep(static_cast<useconds_t>(std::min<Millis>(ms, 50) * 1000));
+      return;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<Millis>(ms, 60 * kSecond))) > 0) {
+      char buf[4096];
+      while (::read(fd_, buf, sizeof buf) > 0) {
+      }
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+class LmdbBroker final : public Broker {
+ public:
+  LmdbBroker(std::unique_ptr<store::Env> env, const Clock* clock,
+             std::function<std::uint64_t()> random)
+      : env_(std::move(env)), clock_(clock ? clock : &system_clock_), random_(std::move(random)) {
+    if (!random_) {
+      std::random_device device;
+      std::seed_seq seed{device(), device(), device(), device()};
+      engine_.seed(seed);
+      random_ = [this] { return engine_(); };
+    }
+  }
+
+  bool create_queue(const std::string& queue, const ConfigChange& change) override {
+    check_queue_name(queue);
+    QueueConfig wanted = apply(QueueConfig{}, change);
+    validate(wanted);
+    Txn txn(*env_, Txn::Write);
+    if (auto existing = load(txn, queue)) {
+      check_agrees(queue, existing->config, change);
+      return false;
+    }
+    QueueRecord rec;
+    rec.qid = next_qid(txn);
+    rec.created_at = clock_->now();
+    rec.config = wanted;
+    txn.put(db().queues, queue, store::encode(rec));
+    txn.commit();
+    return true;
+  }
+
+  QueueConfig configure(const std::string& queue, const ConfigChange& change) override {
+    if (change.empty()) {
+      Txn txn(*env_, Txn::Read);
+      return must_load(txn, queue).config;
+    }
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    QueueConfig config = apply(view.rec.config, change);
+    validate(config);
+    view.rec.config = config;
+    view.save();
+    txn.commit();
+    return config;
+  }
+
+  RemovedCounts delete_queue(const std::string& queue) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    RemovedCounts removed;
+    removed.messages = purge_live(view);
+    removed.dead_letters = purge_dead(view);
+    for (MDB_dbi dbi : {db().dedup, db().dedup_expiry}) {
+      for (const auto& key : keys_with_prefix(txn, dbi, view.prefix)) txn.del(dbi, key);
+    }
+    txn.del(db().queues, queue);
+    txn.commit();
+    return removed;
+  }
+
+  std::vector<std::string> list_queues() override {
+    Txn txn(*env_, Txn::Read);
+    std::vector<std::string> names;
+    Cursor c(txn, db().queues);
+    for (bool ok = c.first(); ok; ok = c.next()) names.emplace_back(c.key());
+    return names;
+  }
+
+  std::vector<SendResult> send(const std::string& queue, std::vector<OutgoingMessage> messages,
+                               const SendOptions& options) override {
+    check_queue_name(queue);
+    for (const auto& m : messages) check_outgoing(queue, m);
+    Txn txn(*env_, Txn::Write);
+    auto existing = load(txn, queue);
+    if (!existing) {
+      if (!options.create_queue) no_such_queue(queue);
+      QueueRecord rec;
+      rec.qid = next_qid(txn);
+      rec.created_at = clock_->now();
+      existing = rec;
+    }
+    QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
+    view.maintain();
+    const auto& config = view.rec.config;
+
+    Millis visible_at = view.now + config.delay;
+    if (options.delay) visible_at = view.now + *options.delay;
+    if (options.at) visible_at = std::max(view.now, *options.at);
+    if (visible_at - view.now >= config.retention)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("queue {}: a message visible at {} would expire (retention {}) "
+                              "before anyone could receive it",
+                              queue, format_time(visible_at), format_duration(config.retention)));
+
+    std::size_t index = 0;
+    for (const auto& m : messages) {
+      ++index;
+      if (m.body.size() > config.max_size)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("queue {}: message {} is {} bytes, over the queue's max size of "
+                                "{} bytes; nothing was sent",
+                                queue, index, m.body.size(), config.max_size));
+    }
+
+    // Duplicates of earlier sends, or of earlier messages of this batch, store nothing.
+    std::vector<std::optional<std::uint64_t>> duplicate_of(messages.size());
+    std::uint64_t fresh = 0;
+    {
+      std::unordered_set<std::string_view> in_batch;
+      for (std::size_t i = 0; i < messages.size(); ++i) {
+        const auto& dedup_id = messages[i].dedup_id;
+        if (!dedup_id.empty()) {
+          duplicate_of[i] = view.find_dedup(dedup_id);
+          if (!duplicate_of[i] && !in_batch.insert(dedup_id).second) duplicate_of[i] = 0;
+        }
+        if (!duplicate_of[i]) ++fresh;
+      }
+    }
+    if (config.max_depth != 0 && view.depth() + fresh > config.max_depth)
+      throw Error(ErrorKind::Full,
+                  fmt::format("queue {}: full ({} of max depth {} messages); {} more would not "
+                              "fit, nothing was sent",
+                              queue, view.depth(), config.max_depth, fresh));
+
+    std::uint64_t seq = meta_u64(txn, store::kNextSeqKey);
+    std::vector<SendResult> results;
+    results.reserve(messages.size());
+    std::unordered_map<std::string_view, std::uint64_t> batch_seq;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      auto& m = messages[i];
+      if (duplicate_of[i]) {
+        std::uint64_t first = *duplicate_of[i] != 0 ? *duplicate_of[i] : batch_seq.at(m.dedup_id);
+        results.push_back({store::message_id(first), true});
+        ++view.rec.counters.deduplicated;
+        continue;
+      }
+      Header header;
+      header.sent_at = view.now;
+      header.visible_at = visible_at;
+      header.available_at = visible_at;
+      header.flags = visible_at > view.now ? Header::kDelayed : 0;
+      view.put_header(db().messages, seq, header);
+      view.link(seq, header);
+      txn.put(db().age, store::key_q_time_seq(view.rec.qid, visible_at, seq), {});
+      if (!m.dedup_id.empty()) {
+        view.remember_dedup(m.dedup_id, seq);
+        batch_seq.emplace(m.dedup_id, seq);
+      }
+      // Sequence numbers only grow, so bodies are always appended.
+      store::Body body{std::move(m.attributes), m.dedup_id, std::move(m.body)};
+      txn.put(db().bodies, store::key_seq(seq), store::encode(body), MDB_APPEND);
+      results.push_back({store::message_id(seq), false});
+      ++view.rec.counters.sent;
+      ++seq;
+    }
+    set_meta_u64(txn, store::kNextSeqKey, seq);
+    view.save();
+    txn.commit();
+    return results;
+  }
+
+  std::vector<Message> receive(const std::string& queue, const ReceiveOptions& options) override {
+    check_queue_name(queue);
+    if (options.visibility_timeout &&
+        (*options.visibility_timeout < 0 || *options.visibility_timeout > kMaxVisibilityTimeout))
+      throw Error(ErrorKind::Usage, "--visibility-timeout: must be between 0s and 12h");
+    const Millis deadline = clock_->now() + std::max<Millis>(options.wait, 0);
+    std::unique_ptr<FileWatch> watch;
+    if (options.wait > 0) watch = std::make_unique<FileWatch>(env_->path());
+    for (;;) {
+      // Look first without the writer lock: an idle receiver must not write,
+      // or every waiting receiver would wake every other one.
+      Millis next_due = deliverable_at(queue);
+      Millis now = clock_->now();
+      if (next_due <= now) {
+        auto messages = receive_now(queue, options);
+        if (!messages.empty()) return messages;
+        // Another consumer was faster, or what was due went to the dead-letter queue.
+      }
+      now = clock_->now();
+      if (now >= deadline || !watch) return {};
+      watch->wait(std::min(deadline, next_due) - now);
+    }
+  }
+
+  std::vector<ReceiptResult> ack(const std::string& queue,
+                                 const std::vector<std::string>& receipts) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    std::vector<ReceiptResult> results;
+    for (const auto& receipt : receipts) {
+      ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
+      try {
+        auto delivery = view.current_delivery(receipt);
+        view.remove_live(delivery.seq, delivery.header);
+        ++view.rec.counters.acked;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
+        result.outcome =
+            e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
+        result.detail = e.what();
+      }
+      results.push_back(std::move(result));
+    }
+    view.save();
+    txn.commit();
+    return results;
+  }
+
+  Millis extend(const std::string& queue, const std::string& receipt, Millis by) override {
+    if (by < 0 || by > kMaxVisibilityTimeout)
+      throw Error(ErrorKind::Usage, fmt::format("--by {}: must be between 0s and 12h",
+                                                format_duration(by)));
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    auto [seq, header] = view.current_delivery(receipt);
+    Millis until = view.now + by;
+    Millis limit = header.last_received_at + kMaxVisibilityTimeout;
+    if (until > limit)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("receipt {}: cannot extend to {}: a message may be held at most "
+                              "12h after its receive (until {})",
+                              receipt, format_time(until), format_time(limit)));
+    view.unlink(seq, header);
+    header.visible_at = until;
+    header.flags = Header::kLeased;
+    view.link(seq, header);
+    view.put_header(db().messages, seq, header);
+    view.save();
+    txn.commit();
+    return until;
+  }
+
+  Millis nack(const std::string& queue, const std::string& receipt,
+              const NackOptions& options) override {
+    if (options.delay < 0 || options.delay > kMaxDelay)
+      throw Error(ErrorKind::Usage, fmt::format("--delay {}: must be between 0s and 12h",
+                                                format_duration(options.delay)));
+    if (options.reason.size() > kMaxReason)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("--reason: {} bytes, at most {} are kept", options.reason.size(),
+                              kMaxReason));
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    auto [seq, header] = view.current_delivery(receipt);
+    Millis delay = options.delay;
+    if (options.backoff) {
+      double unit = static_cast<double>(random_() >> 11) * 0x1.0p-53;
+      delay = backoff_delay(options.backoff_base, options.backoff_cap, header.receive_count, unit);
+    }
+    view.unlink(seq, header);
+    header.visible_at = view.now + delay;
+    header.flags = delay > 0 ? Header::kDelayed : 0;
+    header.nonce = 0;  // the receipt is spent
+    if (!options.reason.empty()) header.reason = options.reason;
+    view.link(seq, header);
+    view.put_header(db().messages, seq, header);
+    ++view.rec.counters.nacked;
+    view.save();
+    txn.commit();
+    return header.visible_at;
+  }
+
+  std::vector<Message> peek(const std::string& queue, std::size_t max) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    std::vector<std::pair<std::uint64_t, Header>> found;
+    {
+      Cursor c(txn, db().messages);
+      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix) && found.size() < max;
+           ok = c.next()) {
+        auto seq = store::key_q_seq_seq(c.key());
+        auto header = store::decode_header(c.value());
+        if (!header)
+          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
+                                   store::message_id(seq)));
+        found.emplace_back(seq, std::move(*header));
+      }
+    }
+    std::vector<Message> out;
+    for (auto& [seq, header] : found)
+      out.push_back(to_message(seq, header, view.body(seq), state_of(header, view.now)));
+    return out;
+  }
+
+  std::uint64_t purge(const std::string& queue) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    auto removed = purge_live(view);
+    view.save();
+    txn.commit();
+    return removed;
+  }
+
+  std::vector<QueueStats> stats(const std::string& queue) override {
+    Txn txn(*env_, Txn::Read);
+    Millis now = clock_->now();
+    std::vector<QueueStats> out;
+    auto add = [&](const std::string& name, const QueueRecord& rec) {
+      out.push_back(queue_stats(txn, name, rec, now));
+    };
+    if (!queue.empty()) {
+      add(queue, must_load(txn, queue));
+      return out;
+    }
+    Cursor c(txn, db().queues);
+    for (bool ok = c.first(); ok; ok = c.next()) {
+      std::string name(c.key());
+      auto rec = store::decode_queue(c.value());
+      if (!rec) damaged_queue(name);
+      add(name, *rec);
+    }
+    return out;
+  }
+
+  std::vector<Message> dead_letters(const std::string& queue, std::size_t max) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    std::vector<Message> out;
+    for (auto& [seq, header] : dead_headers(view, max))
+      out.push_back(to_message(seq, header, view.body(seq), MessageState::Dead));
+    return out;
+  }
+
+  std::uint64_t purge_dead_letters(const std::string& queue) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    auto removed = purge_dead(view);
+    view.save();
+    txn.commit();
+    return removed;
+  }
+
+  std::vector<Message> redrive(const std::string& queue, const RedriveOptions& options) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    std::vector<std::pair<std::uint64_t, Header>> chosen;
+    if (options.ids.empty()) {
+      chosen = dead_headers(view, options.max.value_or(SIZE_MAX));
+    } else {
+      for (const auto& id : options.ids) {
+        auto seq = store::parse_message_id(id);
+        if (!seq)
+          throw Error(ErrorKind::InvalidData,
+                      fmt::format("--id {}: not a message id (like m1f)", id));
+        auto header = view.find_header(db().dead, *seq);
+        if (!header)
+          throw Error(ErrorKind::NotFound,
+                      fmt::format("queue {}: no dead letter {}; nothing was redriven", queue, id));
+        if (options.max && chosen.size() >= *options.max) break;
+        chosen.emplace_back(*seq, std::move(*header));
+      }
+    }
+    std::vector<Message> out;
+    for (auto& [seq, header] : chosen)
+      out.push_back(to_message(seq, header, view.body(seq), MessageState::Dead));
+    if (options.dry_run) return out;
+
+    const auto& config = view.rec.config;
+    if (config.max_depth != 0 && view.depth() + chosen.size() > config.max_depth)
+      throw Error(ErrorKind::Full,
+                  fmt::format("queue {}: {} dead letters would not fit under max depth {} ({} "
+                              "waiting); nothing was redriven (try --max)",
+                              queue, chosen.size(), config.max_depth, view.depth()));
+    for (auto& [seq, header] : chosen) {
+      view.unfile_dead(seq, header);
+      Header live;
+      live.sent_at = header.sent_at;
+      live.visible_at = view.now;
+      live.available_at = view.now;
+      view.put_header(db().messages, seq, live);
+      view.link(seq, live);
+      txn.put(db().age, store::key_q_time_seq(view.rec.qid, view.now, seq), {});
+      ++view.rec.counters.redriven;
+    }
+    view.save();
+    txn.commit();
+    return out;
+  }
+
+ private:
+  const store::Databases& db() const { return env_->db(); }
+
+  std::optional<QueueRecord> load(Txn& txn, const std::string& queue) {
+    check_queue_name(queue);
+    auto bytes = txn.get(db().queues, queue);
+    if (!bytes) return std::nullopt;
+    auto rec = store::decode_queue(*bytes);
+    if (!rec) damaged_queue(queue);
+    return rec;
+  }
+
+  QueueRecord must_load(Txn& txn, const std::string& queue) {
+    auto rec = load(txn, queue);
+    if (!rec) no_such_queue(queue);
+    return std::move(*rec);
+  }
+
+  QueueView open(Txn& txn, const std::string& queue) {
+    return QueueView(txn, db(), queue, must_load(txn, queue), clock_->now());
+  }
+
+  [[noreturn]] void damaged_queue(const std::string& queue) const {
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: queue {}: its record is damaged (checksum mismatch)",
+                            env_->path(), queue));
+  }
+
+  void check_agrees(const std::string& queue, const QueueConfig& have,
+                    const ConfigChange& change) {
+    auto differs = [&](const char* flag, auto want, auto is, auto show) {
+      if (want && *want != is)
+        throw Error(ErrorKind::Usage,
+                    fmt::format("queue {}: already exists with {} {}; change it with 'q config {} "
+                                "{} {}'",
+                                queue, flag, show(is), queue, flag, show(*want)));
+    };
+    auto dur = [](Millis v) { return format_duration(v); };
+    auto num = [](auto v) { return fmt::format("{}", v); };
+    differs("--visibility-timeout", change.visibility_timeout, have.visibility_timeout, dur);
+    differs("--max-receives", change.max_receives, have.max_receives, num);
+    differs("--retention", change.retention, have.retention, dur);
+    differs("--delay", change.delay, have.delay, dur);
+    differs("--max-depth", change.max_depth, have.max_depth, num);
+    differs("--max-size", change.max_size, have.max_size, num);
+    differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
+  }
+
+  void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
+    if (m.dedup_id.size() > kMaxDedupId)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("queue {}: --dedup-id is {} bytes, at most {}", queue,
+                              m.dedup_id.size(), kMaxDedupId));
+    if (m.attributes.size() > kMaxAttributes)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("queue {}: {} attributes, at most {}", queue, m.attributes.size(),
+                              kMaxAttributes));
+    for (const auto& [key, value] : m.attributes)
+      if (key.empty() || key.size() > kMaxAttributeKey)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("queue {}: attribute key '{}': must be 1 to {} bytes", queue, key,
+                                kMaxAttributeKey));
+  }
+
+  std::uint32_t next_qid(Txn& txn) {
+    auto bytes = txn.get(db().meta, store::kNextQidKey);
+    std::uint32_t qid = 1;
+    if (bytes && bytes->size() == 4) std::memcpy(&qid, bytes->data(), 4);
+    std::uint32_t next = qid + 1;
+    txn.put(db().meta, store::kNextQidKey, {reinterpret_cast<const char*>(&next), 4});
+    return qid;
+  }
+
+  std::uint64_t meta_u64(Txn& txn, const char* key) {
+    auto bytes = txn.get(db().meta, key);
+    std::uint64_t v = 1;
+    if (bytes && bytes->size() == 8) std::memcpy(&v, bytes->data(), 8);
+    return v;
+  }
+
+  void set_meta_u64(Txn& txn, const char* key, std::uint64_t v) {
+    txn.put(db().meta, key, bytes_of(v));
+  }
+
+  static std::vector<std::string> keys_with_prefix(Txn& txn, MDB_dbi dbi,
+                                                   const std::string& prefix) {
+    std::vector<std::string> keys;
+    Cursor c(txn, dbi);
+    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next())
+      keys.emplace_back(c.key());
+    return keys;
+  }
+
+  std::vector<std::pair<std::uint64_t, Header>> dead_headers(QueueView& view, std::size_t max) {
+    std::vector<std::pair<std::uint64_t, Header>> found;
+    Cursor c(view.txn, db().dead);
+    for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix) && found.size() < max;
+         ok = c.next()) {
+      auto seq = store::key_q_seq_seq(c.key());
+      auto header = store::decode_header(c.value());
+      if (!header)
+        view.corrupt(fmt::format("the dead letter {} is damaged (checksum mismatch)",
+                                 store::message_id(seq)));
+      found.emplace_back(seq, std::move(*header));
+    }
+    return found;
+  }
+
+  std::uint64_t purge_live(QueueView& view) {
+    std::vector<std::pair<std::uint64_t, Header>> all;
+    {
+      Cursor c(view.txn, db().messages);
+      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
+        auto header = store::decode_header(c.value());
+        if (!header)
+          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
+                                   store::message_id(store::key_q_seq_seq(c.key()))));
+        all.emplace_back(store::key_q_seq_seq(c.key()), std::move(*header));
+      }
+    }
+    for (const auto& [seq, header] : all) view.remove_live(seq, header);
+    return all.size();
+  }
+
+  std::uint64_t purge_dead(QueueView& view) {
+    auto all = dead_headers(view, SIZE_MAX);
+    for (const auto& [seq, header] : all) view.remove_dead(seq, header);
+    return all.size();
+  }
+
+  // Counts of a queue as of `now`: the record's counts are as of its last write
+  // transaction, so entries of `leases` and `delayed` that have come due since
+  // are counted as visible. Every write moves them, so this stays short.
+  QueueStats queue_stats(Txn& txn, const std::string& name, const QueueRecord& rec, Millis now) {
+    auto prefix = store::key_q(rec.qid);
+    auto count_due = [&](MDB_dbi dbi) {
+      std::uint64_t n = 0;
+      Cursor c(txn, dbi);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) {
+        if (store::key_time(c.key()) > now) break;
+        ++n;
+      }
+      return n;
+    };
+    QueueStats s;
+    s.name = name;
+    s.config = rec.config;
+    s.created_at = rec.created_at;
+    s.counters = rec.counters;
+    auto leases_due = std::min(count_due(db().leases), rec.leased);
+    auto delays_due = std::min(count_due(db().delayed), rec.delayed);
+    s.visible = rec.ready + leases_due + delays_due;
+    s.in_flight = rec.leased - leases_due;
+    s.delayed = rec.delayed - delays_due;
+    s.dead = rec.dead;
+    Cursor age(txn, db().age);
+    if (age.seek(prefix) && age.has_prefix(prefix)) {
+      Millis available = store::key_time(age.key());
+      if (available <= now) s.oldest_age = now - available;
+    }
+    return s;
+  }
+
+  // The earliest time a message of the queue can be delivered: now when one is
+  // visible, else when the next delay or lease ends (INT64_MAX: never).
+  Millis deliverable_at(const std::string& queue) {
+    Txn txn(*env_, Txn::Read);
+    auto rec = must_load(txn, queue);
+    auto prefix = store::key_q(rec.qid);
+    Millis earliest = INT64_MAX;
+    {
+      Cursor c(txn, db().ready);
+      if (c.seek(prefix) && c.has_prefix(prefix)) return INT64_MIN;
+    }
+    for (MDB_dbi dbi : {db().delayed, db().leases}) {
+      Cursor c(txn, dbi);
+      if (c.seek(prefix) && c.has_prefix(prefix)) earliest = std::min(earliest, store::key_time(c.key()));
+    }
+    return earliest;
+  }
+
+  std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    const auto& config = view.rec.config;
+    Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
+    std::vector<Message> out;
+    while (out.size() < options.max_messages) {
+      std::uint64_t seq;
+      {
+        Cursor c(txn, db().ready);
+        if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
+        seq = store::key_time_seq(c.key());
+      }
+      auto header = view.find_header(db().messages, seq);
+      if (!header)
+        view.corrupt(fmt::format("message {} is in the ready index but has no record",
+                                 store::message_id(seq)));
+      if (config.max_receives != 0 && header->receive_count >= config.max_receives) {
+        std::string reason =
+            header->reason.empty()
+                ? fmt::format("not acknowledged after {} receives", header->receive_count)
+                : header->reason;
+        view.dead_letter(seq, std::move(*header), std::move(reason));
+        continue;
+      }
+      view.unlink(seq, *header);
+      header->receive_count += 1;
+      std::uint64_t nonce;
+      do nonce = random_(); while (nonce == 0);
+      header->nonce = nonce;
+      if (!header->first_received_at) header->first_received_at = view.now;
+      header->last_received_at = view.now;
+      header->visible_at = view.now + timeout;
+      header->flags = Header::kLeased;
+      view.link(seq, *header);
+      view.put_header(db().messages, seq, *header);
+      ++view.rec.counters.received;
+      Message m = to_message(seq, *header, view.body(seq), MessageState::InFlight);
+      m.receipt = store::receipt(seq, nonce);
+      out.push_back(std::move(m));
+    }
+    view.save();
+    txn.commit();
+    return out;
+  }
+
+  std::unique_ptr<store::Env> env_;
+  SystemClock system_clock_;
+  const Clock* clock_;
+  std::function<std::uint64_t()> random_;
+  std::mt19937_64 engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<Broker> open_lmdb_broker(const LmdbOptions& options) {
+  auto env = store::Env::open(options.open);
+  return std::make_unique<LmdbBroker>(std::move(env), options.clock, options.random);
+}
+
+}  // namespace q

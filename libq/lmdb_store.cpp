@@ -1,0 +1,377 @@
+#include "lmdb_store.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "records.hpp"
+
+namespace q::store {
+namespace {
+
+// Larger than any disk this is likely to sit on: without MDB_WRITEMAP the file
+// only grows as used, and a fixed size avoids resizing a map that other
+// processes have open.
+constexpr std::size_t kMapSize = std::size_t{1} << 40;  // 1 TiB
+constexpr unsigned kMaxReaders = 1022;
+constexpr unsigned kMaxDatabases = 16;
+constexpr std::uint32_t kLmdbMagic = 0xBEEFC0DE;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+[[noreturn]] void fail_errno(int err, const std::string& path, const std::string& doing) {
+  ErrorKind kind = ErrorKind::Io;
+  if (err == EACCES || err == EPERM || err == EROFS) kind = ErrorKind::Permission;
+  if (err == ENOENT) kind = ErrorKind::NotFound;
+  throw Error(kind, fmt::format("{}: {}: {}", path, doing, errno_text(err)));
+}
+
+std::string parent_dir(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+void make_dirs(const std::string& dir) {
+  if (dir.empty() || dir == "." || dir == "/") return;
+  struct stat st {};
+  if (stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      throw Error(ErrorKind::Io, fmt::format("{}: not a directory", dir));
+    return;
+  }
+  make_dirs(parent_dir(dir));
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    fail_errno(errno, dir, "cannot create directory");
+}
+
+// LMDB's locking needs a local filesystem: its lock file is shared memory, and
+// POSIX locks and mmap coherence over NFS or SMB do not hold.
+void refuse_network_filesystem(const std::string& path) {
+  struct statfs fs {};
+  if (statfs(parent_dir(path).c_str(), &fs) != 0) return;
+  const char* name = nullptr;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case 0x6969: name = "NFS"; break;
+    case 0x517B: name = "SMB"; break;
+    case 0xFF534D42: name = "CIFS"; break;
+    case 0xFE534D42: name = "SMB2"; break;
+    case 0x01021997: name = "9p"; break;
+    case 0x00C36400: name = "Ceph"; break;
+    case 0x5346414F: name = "AFS"; break;
+    case 0x0BD00BD0: name = "Lustre"; break;
+    case 0x47504653: name = "GPFS"; break;
+    default: break;
+  }
+  if (name)
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: is on a network filesystem ({}); LMDB's locking needs a "
+                            "local disk, so q refuses it",
+                            path, name));
+}
+
+void refuse_broken_lmdb() {
+  int major = 0, minor = 0, patch = 0;
+  mdb_version(&major, &minor, &patch);
+  if (major == 0 && minor == 9 && patch >= 26 && patch <= 31)
+    throw Error(ErrorKind::Io,
+                fmt::format("liblmdb {}.{}.{} has a shared-mutex bug (ITS#9278) that breaks "
+                            "files shared by processes; use 0.9.25 or older, or 0.9.32 or newer",
+                            major, minor, patch));
+}
+
+bool disk_nearly_full(const std::string& path) {
+  struct statvfs vfs {};
+  if (statvfs(parent_dir(path).c_str(), &vfs) != 0) return false;
+  return static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize < 64ull * 1024 * 1024;
+}
+
+MDB_val as_val(std::string_view s) {
+  return MDB_val{s.size(), const_cast<char*>(s.data())};
+}
+
+}  // namespace
+
+// ---- Env --------------------------------------------------------------------
+
+std::unique_ptr<Env> Env::open(const OpenOptions& options) {
+  refuse_broken_lmdb();
+  const std::string& path = options.path;
+  std::unique_ptr<Env> env(new Env(options));
+
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) fail_errno(errno, path, "cannot open queue file");
+    if (!options.create)
+      throw Error(ErrorKind::NotFound,
+                  fmt::format("{}: no such queue file (make one with 'q create QUEUE')", path));
+    make_dirs(parent_dir(path));
+  } else if (S_ISDIR(st.st_mode)) {
+    throw Error(ErrorKind::Io, fmt::format("{}: is a directory, not a queue file", path));
+  }
+  refuse_network_filesystem(path);
+
+  // 0666 & ~umask, for the data file and (through LMDB) its lock file, so a
+  // group can share a queue.
+  int flags = O_RDWR | O_CLOEXEC | (options.create ? O_CREAT : 0);
+  env->fd_ = ::open(path.c_str(), flags, 0666);
+  if (env->fd_ < 0) fail_errno(errno, path, "cannot open queue file");
+  if (fstat(env->fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
+
+  bool fresh = st.st_size == 0;
+  if (fresh && !options.create)
+    throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file (it is empty)", path));
+  if (!fresh) {
+    // Look at LMDB's meta page ourselves first: LMDB would create a lock file
+    // next to any file it is pointed at.
+    unsigned char head[24] = {};
+    ssize_t got = pread(env->fd_, head, sizeof head, 0);
+    std::uint32_t magic = 0;
+    if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
+    if (magic != kLmdbMagic)
+      throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
+  }
+
+  int rc = mdb_env_create(&env->env_);
+  if (rc != 0) env->fail(rc, "cannot create LMDB environment");
+  mdb_env_set_mapsize(env->env_, kMapSize);
+  mdb_env_set_maxreaders(env->env_, kMaxReaders);
+  mdb_env_set_maxdbs(env->env_, kMaxDatabases);
+  unsigned env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD;
+  if (!options.durable) env_flags |= MDB_NOSYNC;
+  rc = mdb_env_open(env->env_, path.c_str(), env_flags, 0666);
+  if (rc != 0) env->fail(rc, "cannot open queue file");
+
+  // Readers killed mid-transaction keep their slot (and pin old pages) until
+  // someone clears them.
+  int dead = 0;
+  mdb_reader_check(env->env_, &dead);
+
+  env->init_databases(fresh || options.create);
+  return env;
+}
+
+Env::~Env() {
+  if (env_) mdb_env_close(env_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Env::init_databases(bool may_initialize) {
+  struct Named {
+    MDB_dbi* dbi;
+    const char* name;
+  };
+  const Named all[] = {
+      {&db_.meta, "meta"},         {&db_.queues, "queues"},
+      {&db_.messages, "messages"}, {&db_.bodies, "bodies"},
+      {&db_.ready, "ready"},       {&db_.delayed, "delayed"},
+      {&db_.leases, "leases"},     {&db_.age, "age"},
+      {&db_.dead, "dead"},         {&db_.dead_expiry, "dead-expiry"},
+      {&db_.dedup, "dedup"},       {&db_.dedup_expiry, "dedup-expiry"},
+  };
+  auto not_ours = [&] {
+    return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "
+                                            "q's databases)",
+                                            options_.path));
+  };
+
+  if (may_initialize) {
+    Txn txn(*this, Txn::Write);
+    MDB_dbi main;
+    int rc = mdb_dbi_open(txn.handle(), nullptr, 0, &main);
+    if (rc != 0) fail(rc, "cannot open main database");
+    rc = mdb_dbi_open(txn.handle(), "meta", 0, &db_.meta);
+    if (rc == MDB_NOTFOUND) {
+      if (txn.entries(main) != 0) throw not_ours();
+    } else if (rc != 0) {
+      fail(rc, "cannot open database meta");
+    }
+    for (const auto& n : all) {
+      rc = mdb_dbi_open(txn.handle(), n.name, MDB_CREATE, n.dbi);
+      if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
+    }
+    if (!txn.get(db_.meta, kFormatKey)) {
+      std::uint32_t version = kFormatVersion;
+      std::uint64_t one = 1;
+      txn.put(db_.meta, kFormatKey, {reinterpret_cast<const char*>(&version), 4});
+      txn.put(db_.meta, kNextSeqKey, {reinterpret_cast<const char*>(&one), 8});
+      std::uint32_t qid = 1;
+      txn.put(db_.meta, kNextQidKey, {reinterpret_cast<const char*>(&qid), 4});
+    }
+    txn.commit();
+  }
+
+  Txn txn(*this, Txn::Read);
+  for (const auto& n : all) {
+    int rc = mdb_dbi_open(txn.handle(), n.name, 0, n.dbi);
+    if (rc == MDB_NOTFOUND) throw not_ours();
+    if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
+  }
+  auto format = txn.get(db_.meta, kFormatKey);
+  if (!format || format->size() != 4) throw not_ours();
+  std::uint32_t version = 0;
+  std::memcpy(&version, format->data(), 4);
+  if (version != kFormatVersion)
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: queue file format {} is not supported (this q reads format {})",
+                            options_.path, version, kFormatVersion));
+  txn.commit();  // keeps the database handles open for later transactions
+}
+
+void Env::lock_writer() {
+  if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, options_.path, "cannot lock");
+  // flock cannot time out, so poll with a short, growing pause. Contention ends
+  // within a commit or two in normal operation; the bound is for a writer that
+  // is stopped or hung.
+  using Steady = std::chrono::steady_clock;
+  const auto deadline = Steady::now() + std::chrono::milliseconds(options_.lock_timeout);
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    std::this_thread::sleep_for(pause);
+    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+    if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, options_.path, "cannot lock");
+    if (Steady::now() >= deadline)
+      throw Error(ErrorKind::Busy,
+                  fmt::format("{}: busy: another process has held the writer lock for over "
+                              "{} ms (a stopped or hung q?); see --lock-timeout",
+                              options_.path, options_.lock_timeout));
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+void Env::unlock_writer() { flock(fd_, LOCK_UN); }
+
+void Env::fail(int rc, const std::string& doing) const {
+  const std::string& path = options_.path;
+  switch (rc) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      throw Error(ErrorKind::Permission, fmt::format("{}: {}: permission denied", path, doing));
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
+    case EIO:
+      // LMDB reports a short write on a full disk as EIO.
+      if (disk_nearly_full(path))
+        throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: I/O error", path, doing));
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: the file is corrupt ({})", path, doing,
+                                             mdb_strerror(rc)));
+    case MDB_VERSION_MISMATCH:
+      throw Error(ErrorKind::Io,
+                  fmt::format("{}: {}: made by an incompatible LMDB version", path, doing));
+    case MDB_READERS_FULL:
+      throw Error(ErrorKind::Busy,
+                  fmt::format("{}: {}: too many processes have the file open", path, doing));
+    case MDB_MAP_FULL:
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: the file reached its 1 TiB map size",
+                                             path, doing));
+    default:
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", path, doing, mdb_strerror(rc)));
+  }
+}
+
+// ---- Txn --------------------------------------------------------------------
+
+Txn::Txn(Env& env, Mode mode) : env_(env) {
+  if (mode == Write) {
+    env_.lock_writer();
+    locked_ = true;
+  }
+  int rc = mdb_txn_begin(env_.handle(), nullptr, mode == Read ? MDB_RDONLY : 0, &txn_);
+  if (rc != 0) {
+    txn_ = nullptr;
+    if (locked_) env_.unlock_writer();
+    env_.fail(rc, "cannot begin transaction");
+  }
+}
+
+Txn::~Txn() {
+  if (txn_) mdb_txn_abort(txn_);
+  if (locked_) env_.unlock_writer();
+}
+
+void Txn::commit() {
+  int rc = mdb_txn_commit(txn_);
+  txn_ = nullptr;
+  if (locked_) {
+    env_.unlock_writer();
+    locked_ = false;
+  }
+  if (rc != 0) env_.fail(rc, "cannot commit");
+}
+
+std::optional<std::string_view> Txn::get(MDB_dbi dbi, std::string_view key) {
+  MDB_val k = as_val(key), v{};
+  int rc = mdb_get(txn_, dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return std::nullopt;
+  if (rc != 0) env_.fail(rc, "cannot read");
+  return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
+}
+
+void Txn::put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags) {
+  MDB_val k = as_val(key), v = as_val(value);
+  int rc = mdb_put(txn_, dbi, &k, &v, flags);
+  if (rc != 0) env_.fail(rc, "cannot write");
+}
+
+bool Txn::del(MDB_dbi dbi, std::string_view key) {
+  MDB_val k = as_val(key);
+  int rc = mdb_del(txn_, dbi, &k, nullptr);
+  if (rc == MDB_NOTFOUND) return false;
+  if (rc != 0) env_.fail(rc, "cannot delete");
+  return true;
+}
+
+std::size_t Txn::entries(MDB_dbi dbi) {
+  MDB_stat st{};
+  int rc = mdb_stat(txn_, dbi, &st);
+  if (rc != 0) env_.fail(rc, "cannot stat database");
+  return st.ms_entries;
+}
+
+// ---- Cursor -----------------------------------------------------------------
+
+Cursor::Cursor(Txn& txn, MDB_dbi dbi) : txn_(txn) {
+  int rc = mdb_cursor_open(txn.handle(), dbi, &cursor_);
+  if (rc != 0) txn.env().fail(rc, "cannot open cursor");
+}
+
+Cursor::~Cursor() {
+  if (cursor_) mdb_cursor_close(cursor_);
+}
+
+bool Cursor::move(MDB_cursor_op op) {
+  int rc = mdb_cursor_get(cursor_, &key_, &value_, op);
+  if (rc == MDB_NOTFOUND) return false;
+  if (rc != 0) txn_.env().fail(rc, "cannot read");
+  return true;
+}
+
+bool Cursor::seek(std::string_view key) {
+  key_ = as_val(key);
+  return move(MDB_SET_RANGE);
+}
+bool Cursor::first() { return move(MDB_FIRST); }
+bool Cursor::next() { return move(MDB_NEXT); }
+
+}  // namespace q::store

@@ -1,0 +1,115 @@
+// The LMDB layer: opening a queue file safely, transactions, cursors, and the
+// translation of LMDB and system errors into q::Error. Nothing here knows what
+// a message is.
+#pragma once
+
+#include <lmdb.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "clock.hpp"
+#include "error.hpp"
+
+namespace q::store {
+
+// Keys of the meta database.
+constexpr const char* kFormatKey = "q-format";    // u32: kFormatVersion
+constexpr const char* kNextSeqKey = "next-seq";   // u64: the next message's sequence number
+constexpr const char* kNextQidKey = "next-qid";   // u32: the next queue's id
+
+struct OpenOptions {
+  std::string path;
+  bool create = false;   // create the file (and its directories) when missing
+  bool durable = true;   // false: commits are not synced (MDB_NOSYNC)
+  Millis lock_timeout = 10 * kSecond;
+};
+
+struct Databases {
+  MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry,
+      dedup, dedup_expiry;
+};
+
+class Env {
+ public:
+  // Checks the file before LMDB touches it (network filesystem, LMDB magic,
+  // library version), opens it, clears stale readers, and checks the format.
+  static std::unique_ptr<Env> open(const OpenOptions& options);
+  ~Env();
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+  MDB_env* handle() const { return env_; }
+  const std::string& path() const { return options_.path; }
+  const Databases& db() const { return db_; }
+
+  // The writer lock is an flock on our own descriptor of the data file, taken
+  // before LMDB's own mutex so that waiting for it is bounded (LMDB waits
+  // forever, even for a stopped process).
+  void lock_writer();
+  void unlock_writer();
+
+  [[noreturn]] void fail(int rc, const std::string& doing) const;
+
+ private:
+  explicit Env(OpenOptions options) : options_(std::move(options)) {}
+  void init_databases(bool may_initialize);
+
+  OpenOptions options_;
+  MDB_env* env_ = nullptr;
+  int fd_ = -1;
+  Databases db_{};
+};
+
+class Txn {
+ public:
+  enum Mode { Read, Write };
+  Txn(Env& env, Mode mode);
+  ~Txn();
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+
+  void commit();
+  MDB_txn* handle() const { return txn_; }
+  Env& env() const { return env_; }
+
+  std::optional<std::string_view> get(MDB_dbi dbi, std::string_view key);
+  void put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags = 0);
+  bool del(MDB_dbi dbi, std::string_view key);  // false when the key was absent
+  std::size_t entries(MDB_dbi dbi);
+
+ private:
+  Env& env_;
+  MDB_txn* txn_ = nullptr;
+  bool locked_ = false;
+};
+
+class Cursor {
+ public:
+  Cursor(Txn& txn, MDB_dbi dbi);
+  ~Cursor();
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
+
+  bool seek(std::string_view key);  // first key >= key
+  bool first();
+  bool next();
+  std::string_view key() const { return as_view(key_); }
+  std::string_view value() const { return as_view(value_); }
+  bool has_prefix(std::string_view prefix) const {
+    return key().substr(0, prefix.size()) == prefix;
+  }
+
+ private:
+  static std::string_view as_view(const MDB_val& v) {
+    return {static_cast<const char*>(v.mv_data), v.mv_size};
+  }
+  bool move(MDB_cursor_op op);
+  Txn& txn_;
+  MDB_cursor* cursor_ = nullptr;
+  MDB_val key_{}, value_{};
+};
+
+}  // namespace q::store

@@ -1,0 +1,385 @@
+#include "records.hpp"
+
+#include <array>
+#include <cstring>
+
+namespace q::store {
+namespace {
+
+// ---- CRC-32C (Castagnoli), hardware instruction where the CPU has it ----------
+
+std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+std::uint32_t crc32c_table(const unsigned char* p, std::size_t n, std::uint32_t crc) {
+  static const auto table = make_crc_table();
+  for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char* p,
+                                                             std::size_t n,
+                                                             std::uint32_t crc) {
+  std::uint64_t c = crc;
+  while (n >= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (n > 0) {
+    c32 = __builtin_ia32_crc32qi(c32, *p++);
+    --n;
+  }
+  return c32;
+}
+#endif
+
+// ---- byte writer and reader ------------------------------------------------------
+
+class Writer {
+ public:
+  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(std::uint32_t v) { raw(&v, 4); }
+  void u64(std::uint64_t v) { raw(&v, 8); }
+  void i64(std::int64_t v) { raw(&v, 8); }
+  void str(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void tail(std::string_view s) { out_.append(s); }
+  // Reserves the checksum slot; seal() fills it.
+  void begin() { out_.assign(4, '\0'); }
+  std::string seal() {
+    std::uint32_t crc = crc32c(out_.data() + 4, out_.size() - 4);
+    std::memcpy(out_.data(), &crc, 4);
+    return std::move(out_);
+  }
+
+ private:
+  void raw(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  // Checks the checksum; ok() is false from then on when it does not match.
+  explicit Reader(std::string_view bytes) : in_(bytes) {
+    std::uint32_t stored = 0;
+    if (!take(&stored, 4)) return;
+    ok_ = stored == crc32c(in_.data(), in_.size());
+  }
+  bool ok() const { return ok_; }
+  std::uint8_t u8() {
+    std::uint8_t v = 0;
+    take(&v, 1);
+    return v;
+  }
+  std::uint32_t u32() {
+    std::uint32_t v = 0;
+    take(&v, 4);
+    return v;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    take(&v, 8);
+    return v;
+  }
+  std::int64_t i64() {
+    std::int64_t v = 0;
+    take(&v, 8);
+    return v;
+  }
+  std::string str() {
+    std::uint32_t n = u32();
+    if (!ok_ || n > in_.size()) {
+      ok_ = false;
+      return {};
+    }
+    std::string s(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return s;
+  }
+  std::string rest() {
+    std::string s(in_);
+    in_ = {};
+    return s;
+  }
+  bool done() const { return ok_ && in_.empty(); }
+
+ private:
+  bool take(void* p, std::size_t n) {
+    if (!ok_ || in_.size() < n) {
+      ok_ = false;
+      return false;
+    }
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  std::string_view in_;
+  bool ok_ = true;
+};
+
+void put_be32(std::string& s, std::uint32_t v) {
+  for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>((v >> (i * 8)) & 0xFF));
+}
+void put_be64(std::string& s, std::uint64_t v) {
+  for (int i = 7; i >= 0; --i) s.push_back(static_cast<char>((v >> (i * 8)) & 0xFF));
+}
+std::uint64_t get_be(std::string_view s, std::size_t at, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes && at + i < s.size(); ++i)
+    v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  return v;
+}
+
+// Times before the epoch are clamped: keys order unsigned.
+std::uint64_t time_bits(Millis t) { return t < 0 ? 0 : static_cast<std::uint64_t>(t); }
+
+constexpr std::uint8_t kHeaderVersion = 1;
+constexpr std::uint8_t kBodyVersion = 1;
+constexpr std::uint8_t kQueueVersion = 1;
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+#if defined(__x86_64__)
+  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+  crc = has_sse42 ? crc32c_sse42(p, size, crc) : crc32c_table(p, size, crc);
+#else
+  crc = crc32c_table(p, size, crc);
+#endif
+  return ~crc;
+}
+
+// ---- keys -------------------------------------------------------------------
+
+std::string key_q(std::uint32_t qid) {
+  std::string k;
+  put_be32(k, qid);
+  return k;
+}
+std::string key_q_seq(std::uint32_t qid, std::uint64_t seq) {
+  std::string k = key_q(qid);
+  put_be64(k, seq);
+  return k;
+}
+std::string key_q_time_seq(std::uint32_t qid, Millis time, std::uint64_t seq) {
+  std::string k = key_q(qid);
+  put_be64(k, time_bits(time));
+  put_be64(k, seq);
+  return k;
+}
+std::string key_q_bytes(std::uint32_t qid, std::string_view bytes) {
+  std::string k = key_q(qid);
+  k.append(bytes);
+  return k;
+}
+std::string key_q_time_bytes(std::uint32_t qid, Millis time, std::string_view bytes) {
+  std::string k = key_q(qid);
+  put_be64(k, time_bits(time));
+  k.append(bytes);
+  return k;
+}
+std::string key_seq(std::uint64_t seq) {
+  std::string k;
+  put_be64(k, seq);
+  return k;
+}
+std::uint32_t key_qid(std::string_view key) {
+  return static_cast<std::uint32_t>(get_be(key, 0, 4));
+}
+Millis key_time(std::string_view key) { return static_cast<Millis>(get_be(key, 4, 8)); }
+std::uint64_t key_time_seq(std::string_view key) { return get_be(key, 12, 8); }
+std::uint64_t key_q_seq_seq(std::string_view key) { return get_be(key, 4, 8); }
+std::string_view key_time_bytes(std::string_view key) {
+  return key.size() > 12 ? key.substr(12) : std::string_view{};
+}
+
+// ---- ids and receipts ----------------------------------------------------------
+// An id is 'm' and the message's sequence number in lowercase hex; a receipt is
+// the id, '.', and 16 hex digits of the delivery's nonce. Both are safe unquoted
+// in a shell and never start with '-'.
+
+std::string message_id(std::uint64_t seq) {
+  static const char digits[] = "0123456789abcdef";
+  char buf[17];
+  int n = 0;
+  do {
+    buf[n++] = digits[seq & 0xF];
+    seq >>= 4;
+  } while (seq != 0);
+  std::string id = "m";
+  while (n > 0) id.push_back(buf[--n]);
+  return id;
+}
+
+namespace {
+std::optional<std::uint64_t> parse_hex(std::string_view s, std::size_t max_digits) {
+  if (s.empty() || s.size() > max_digits) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return std::nullopt;
+    v = (v << 4) | static_cast<std::uint64_t>(d);
+  }
+  return v;
+}
+}  // namespace
+
+std::optional<std::uint64_t> parse_message_id(std::string_view id) {
+  if (id.size() < 2 || id[0] != 'm') return std::nullopt;
+  if (id.size() > 2 && id[1] == '0') return std::nullopt;  // one spelling per id
+  return parse_hex(id.substr(1), 16);
+}
+
+std::string receipt(std::uint64_t seq, std::uint64_t nonce) {
+  static const char digits[] = "0123456789abcdef";
+  std::string r = message_id(seq);
+  r.push_back('.');
+  for (int i = 15; i >= 0; --i) r.push_back(digits[(nonce >> (i * 4)) & 0xF]);
+  return r;
+}
+
+std::optional<ParsedReceipt> parse_receipt(std::string_view text) {
+  auto dot = text.find('.');
+  if (dot == std::string_view::npos || text.size() - dot - 1 != 16) return std::nullopt;
+  auto seq = parse_message_id(text.substr(0, dot));
+  auto nonce = parse_hex(text.substr(dot + 1), 16);
+  if (!seq || !nonce || *nonce == 0) return std::nullopt;
+  return ParsedReceipt{*seq, *nonce};
+}
+
+// ---- records ----------------------------------------------------------------
+
+std::string encode(const Header& h) {
+  Writer w;
+  w.begin();
+  w.u8(kHeaderVersion);
+  w.u8(h.flags);
+  w.u32(h.receive_count);
+  w.i64(h.sent_at);
+  w.i64(h.visible_at);
+  w.i64(h.available_at);
+  w.i64(h.first_received_at);
+  w.i64(h.last_received_at);
+  w.i64(h.dead_at);
+  w.u64(h.nonce);
+  w.str(h.reason);
+  return w.seal();
+}
+
+std::optional<Header> decode_header(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kHeaderVersion) return std::nullopt;
+  Header h;
+  h.flags = r.u8();
+  h.receive_count = r.u32();
+  h.sent_at = r.i64();
+  h.visible_at = r.i64();
+  h.available_at = r.i64();
+  h.first_received_at = r.i64();
+  h.last_received_at = r.i64();
+  h.dead_at = r.i64();
+  h.nonce = r.u64();
+  h.reason = r.str();
+  if (!r.done()) return std::nullopt;
+  return h;
+}
+
+std::string encode(const Body& b) {
+  Writer w;
+  w.begin();
+  w.u8(kBodyVersion);
+  w.u32(static_cast<std::uint32_t>(b.attributes.size()));
+  for (const auto& [key, value] : b.attributes) {
+    w.str(key);
+    w.str(value);
+  }
+  w.str(b.dedup_id);
+  w.tail(b.body);
+  return w.seal();
+}
+
+std::optional<Body> decode_body(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kBodyVersion) return std::nullopt;
+  Body b;
+  std::uint32_t n = r.u32();
+  if (!r.ok() || n > kMaxAttributes) return std::nullopt;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::string key = r.str();
+    std::string value = r.str();
+    b.attributes.emplace_back(std::move(key), std::move(value));
+  }
+  b.dedup_id = r.str();
+  if (!r.ok()) return std::nullopt;
+  b.body = r.rest();
+  return b;
+}
+
+std::string encode(const QueueRecord& q) {
+  Writer w;
+  w.begin();
+  w.u8(kQueueVersion);
+  w.u32(q.qid);
+  w.i64(q.created_at);
+  w.i64(q.config.visibility_timeout);
+  w.u32(q.config.max_receives);
+  w.i64(q.config.retention);
+  w.i64(q.config.delay);
+  w.u64(q.config.max_depth);
+  w.u32(q.config.max_size);
+  w.i64(q.config.dedup_window);
+  const auto& c = q.counters;
+  for (auto v : {c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
+                 c.deduplicated})
+    w.u64(v);
+  w.u64(q.ready);
+  w.u64(q.delayed);
+  w.u64(q.leased);
+  w.u64(q.dead);
+  return w.seal();
+}
+
+std::optional<QueueRecord> decode_queue(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kQueueVersion) return std::nullopt;
+  QueueRecord q;
+  q.qid = r.u32();
+  q.created_at = r.i64();
+  q.config.visibility_timeout = r.i64();
+  q.config.max_receives = r.u32();
+  q.config.retention = r.i64();
+  q.config.delay = r.i64();
+  q.config.max_depth = r.u64();
+  q.config.max_size = r.u32();
+  q.config.dedup_window = r.i64();
+  auto& c = q.counters;
+  for (auto* v : {&c.sent, &c.received, &c.acked, &c.nacked, &c.dead_lettered, &c.redriven,
+                  &c.expired, &c.deduplicated})
+    *v = r.u64();
+  q.ready = r.u64();
+  q.delayed = r.u64();
+  q.leased = r.u64();
+  q.dead = r.u64();
+  if (!r.done()) return std::nullopt;
+  return q;
+}
+
+}  // namespace q::store

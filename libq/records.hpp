@@ -1,0 +1,93 @@
+// On-disk records and keys of the LMDB backend. Every record carries a CRC-32C of
+// its bytes so a damaged record is reported, never returned wrong. Keys are
+// big-endian so LMDB's byte order is numeric order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "broker.hpp"
+
+namespace q::store {
+
+constexpr std::uint32_t kFormatVersion = 1;
+
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
+
+// ---- keys -------------------------------------------------------------------
+// (queue id, seq): messages, dead letters
+// (queue id, time, seq): the ready, delayed, leases, age and dead-expiry indexes
+// (queue id, dedup id): dedup; (queue id, time, dedup id): dedup expiry
+// (seq): bodies, shared by a message and its dead letter
+std::string key_q_seq(std::uint32_t qid, std::uint64_t seq);
+std::string key_q_time_seq(std::uint32_t qid, Millis time, std::uint64_t seq);
+std::string key_q_bytes(std::uint32_t qid, std::string_view bytes);
+std::string key_q_time_bytes(std::uint32_t qid, Millis time, std::string_view bytes);
+std::string key_seq(std::uint64_t seq);
+std::string key_q(std::uint32_t qid);  // prefix of every key of a queue
+
+std::uint32_t key_qid(std::string_view key);
+Millis key_time(std::string_view key);         // of a (qid, time, ...) key
+std::uint64_t key_time_seq(std::string_view key);   // seq of a (qid, time, seq) key
+std::uint64_t key_q_seq_seq(std::string_view key);  // seq of a (qid, seq) key
+std::string_view key_time_bytes(std::string_view key);  // bytes of (qid, time, bytes)
+
+// ---- message ids and receipts ------------------------------------------------
+std::string message_id(std::uint64_t seq);
+std::optional<std::uint64_t> parse_message_id(std::string_view id);
+std::string receipt(std::uint64_t seq, std::uint64_t nonce);
+struct ParsedReceipt {
+  std::uint64_t seq;
+  std::uint64_t nonce;
+};
+std::optional<ParsedReceipt> parse_receipt(std::string_view text);
+
+// ---- records ----------------------------------------------------------------
+// The mutable part of a message, rewritten on every delivery; kept apart from
+// the body so a receive rewrites a few dozen bytes, not the whole message.
+struct Header {
+  enum Flags : std::uint8_t {
+    kLeased = 1,   // visible_at is a lease expiry: in `leases` (or `ready` once due)
+    kDelayed = 2,  // visible_at is a delay end: in `delayed` (or `ready` once due)
+  };
+  std::uint8_t flags = 0;
+  std::uint32_t receive_count = 0;
+  Millis sent_at = 0;
+  Millis visible_at = 0;
+  Millis available_at = 0;  // first became available; orders the age index
+  Millis first_received_at = 0;  // 0: never
+  Millis last_received_at = 0;
+  Millis dead_at = 0;
+  std::uint64_t nonce = 0;  // of the current receipt; 0: no valid receipt
+  std::string reason;
+};
+std::string encode(const Header& header);
+// nullopt when the checksum or layout is wrong.
+std::optional<Header> decode_header(std::string_view bytes);
+
+struct Body {
+  Attributes attributes;
+  std::string dedup_id;
+  std::string body;
+};
+std::string encode(const Body& body);
+std::optional<Body> decode_body(std::string_view bytes);
+
+struct QueueRecord {
+  std::uint32_t qid = 0;
+  Millis created_at = 0;
+  QueueConfig config;
+  QueueCounters counters;
+  // Messages per index, as of the last write transaction on the queue; due
+  // entries of `delayed` and `leases` are moved to `ready` by the next one.
+  std::uint64_t ready = 0;
+  std::uint64_t delayed = 0;
+  std::uint64_t leased = 0;
+  std::uint64_t dead = 0;
+};
+std::string encode(const QueueRecord& record);
+std::optional<QueueRecord> decode_queue(std::string_view bytes);
+
+}  // namespace q::store

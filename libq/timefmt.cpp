@@ -1,0 +1,151 @@
+#include "timefmt.hpp"
+
+#include <cctype>
+#include <ctime>
+
+#include <fmt/format.h>
+
+namespace q {
+namespace {
+
+bool read_number(std::string_view& s, std::int64_t& out, int max_digits = 15) {
+  std::size_t i = 0;
+  std::int64_t v = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    if (static_cast<int>(i) >= max_digits) return false;
+    v = v * 10 + (s[i] - '0');
+    ++i;
+  }
+  if (i == 0) return false;
+  out = v;
+  s.remove_prefix(i);
+  return true;
+}
+
+bool read_fixed(std::string_view& s, int digits, int& out) {
+  if (s.size() < static_cast<std::size_t>(digits)) return false;
+  int v = 0;
+  for (int i = 0; i < digits; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  out = v;
+  s.remove_prefix(digits);
+  return true;
+}
+
+bool read_char(std::string_view& s, char c) {
+  if (s.empty() || std::toupper(static_cast<unsigned char>(s[0])) != c) return false;
+  s.remove_prefix(1);
+  return true;
+}
+
+}  // namespace
+
+std::optional<Millis> parse_duration(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::int64_t number = 0;
+  std::string_view rest = s;
+  if (!read_number(rest, number)) return std::nullopt;
+  if (rest.empty()) return number * kSecond;  // bare seconds
+  Millis total = 0;
+  rest = s;
+  while (!rest.empty()) {
+    if (!read_number(rest, number)) return std::nullopt;
+    Millis unit;
+    if (rest.substr(0, 2) == "ms") {
+      unit = 1;
+      rest.remove_prefix(2);
+    } else if (!rest.empty() && (rest[0] == 's' || rest[0] == 'm' || rest[0] == 'h' ||
+                                 rest[0] == 'd')) {
+      unit = rest[0] == 's' ? kSecond : rest[0] == 'm' ? kMinute : rest[0] == 'h' ? kHour : kDay;
+      rest.remove_prefix(1);
+    } else {
+      return std::nullopt;
+    }
+    if (number > (std::int64_t{1} << 53) / unit) return std::nullopt;
+    total += number * unit;
+  }
+  return total;
+}
+
+std::string format_duration(Millis d) {
+  if (d == 0) return "0s";
+  const char* sign = d < 0 ? "-" : "";
+  if (d < 0) d = -d;
+  struct Unit {
+    Millis size;
+    const char* name;
+  };
+  for (Unit u : {Unit{kDay, "d"}, Unit{kHour, "h"}, Unit{kMinute, "m"}, Unit{kSecond, "s"}})
+    if (d % u.size == 0) return fmt::format("{}{}{}", sign, d / u.size, u.name);
+  return fmt::format("{}{}ms", sign, d);
+}
+
+std::optional<Millis> parse_time(std::string_view s) {
+  if (!s.empty() && s[0] == '@') {
+    s.remove_prefix(1);
+    std::int64_t seconds = 0;
+    if (!read_number(s, seconds, 12) || !s.empty()) return std::nullopt;
+    return seconds * kSecond;
+  }
+  int year, month, day, hour, minute, second;
+  if (!read_fixed(s, 4, year) || !read_char(s, '-') || !read_fixed(s, 2, month) ||
+      !read_char(s, '-') || !read_fixed(s, 2, day) ||
+      !(read_char(s, 'T') || read_char(s, ' ')) || !read_fixed(s, 2, hour) ||
+      !read_char(s, ':') || !read_fixed(s, 2, minute) || !read_char(s, ':') ||
+      !read_fixed(s, 2, second))
+    return std::nullopt;
+  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 ||
+      second > 60)
+    return std::nullopt;
+  Millis fraction = 0;
+  if (!s.empty() && s[0] == '.') {
+    s.remove_prefix(1);
+    int digits = 0;
+    Millis scale = 100;
+    while (!s.empty() && std::isdigit(static_cast<unsigned char>(s[0]))) {
+      fraction += (s[0] - '0') * scale;
+      scale /= 10;
+      s.remove_prefix(1);
+      ++digits;
+    }
+    if (digits == 0) return std::nullopt;
+  }
+  Millis offset = 0;
+  if (read_char(s, 'Z')) {
+  } else if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+    int sign = s[0] == '-' ? -1 : 1;
+    s.remove_prefix(1);
+    int oh, om;
+    if (!read_fixed(s, 2, oh) || !read_char(s, ':') || !read_fixed(s, 2, om)) return std::nullopt;
+    offset = sign * (oh * kHour + om * kMinute);
+  } else {
+    return std::nullopt;
+  }
+  if (!s.empty()) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  std::time_t t = timegm(&tm);
+  return static_cast<Millis>(t) * kSecond + fraction - offset;
+}
+
+std::string format_time(Millis instant) {
+  std::time_t seconds = static_cast<std::time_t>(instant / 1000);
+  Millis ms = instant % 1000;
+  if (ms < 0) {
+    ms += 1000;
+    --seconds;
+  }
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+
+}  // namespace q

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "lmdb_broker.hpp"
+TEST(Smoke, Opens) {}
