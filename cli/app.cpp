@@ -105,6 +105,26 @@ Exit codes:
 Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME.
 Run 'q COMMAND --help' for a command's options.)";
 
+// CLI11 only says "A subcommand is required" for a mistyped command.
+std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-f" || arg == "--file" || arg == "--lock-timeout") {
+      ++i;
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    try {
+      app.get_subcommand(arg);
+    } catch (const CLI::OptionNotFound&) {
+      return fmt::format("unknown command '{}'", arg);
+    }
+    break;
+  }
+  if (argc <= 1) return "a command is required";
+  return e.what();
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -157,7 +177,7 @@ int run(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      std::cerr << "q: " << e.what() << " (see 'q --help')\n";
+      std::cerr << "q: " << parse_error_text(app, argc, argv, e) << " (see 'q --help')\n";
       return kUsage;
     }
   } catch (const q::Error& e) {
