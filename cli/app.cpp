@@ -105,21 +105,29 @@ Exit codes:
 Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME.
 Run 'q COMMAND --help' for a command's options.)";
 
-// CLI11 only says "A subcommand is required" for a mistyped command.
-std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+// The first argument that is neither an option nor a global option's value.
+std::string command_name(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-f" || arg == "--file" || arg == "--lock-timeout") {
       ++i;
       continue;
     }
-    if (arg.empty() || arg[0] == '-') continue;
+    if (arg == "--") return {};
+    if (!arg.empty() && arg[0] != '-') return arg;
+  }
+  return {};
+}
+
+// CLI11 only says "A subcommand is required" for a mistyped command.
+std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
+  std::string command = command_name(argc, argv);
+  if (!command.empty()) {
     try {
-      app.get_subcommand(arg);
+      app.get_subcommand(command);
     } catch (const CLI::OptionNotFound&) {
-      return fmt::format("unknown command '{}'", arg);
+      return fmt::format("unknown command '{}'", command);
     }
-    break;
   }
   if (argc <= 1) return "a command is required";
   return e.what();
@@ -153,7 +161,9 @@ int run(int argc, char** argv) {
                  "Q_LOCK_TIMEOUT)")
       ->type_name("DUR");
 
+  ctx.command = command_name(argc, argv);
   add_create(app, ctx);
+  add_config(app, ctx);
   add_send(app, ctx);
   add_receive(app, ctx);
   add_ack(app, ctx);

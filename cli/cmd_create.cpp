@@ -90,15 +90,19 @@ void add_create(CLI::App& app, Context& ctx) {
   auto* create = app.add_subcommand(
       "create", "Create a queue (and the queue file when missing); an existing queue with "
                 "the same settings is fine");
+  if (!ctx.wants("create")) return;
   add_settings(create, *create_flags);
   create->callback([create_flags, &ctx] {
     auto change = create_flags->change();
     ctx.open(/*create=*/true)->create_queue(create_flags->queue, change);
   });
+}
 
+void add_config(CLI::App& app, Context& ctx) {
   auto config_flags = std::make_shared<SettingsFlags>();
   auto* config = app.add_subcommand(
       "config", "Show a queue's settings, or change those given (they apply from now on)");
+  if (!ctx.wants("config")) return;
   add_settings(config, *config_flags);
   config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
   config->callback([config_flags, &ctx] {

@@ -43,6 +43,7 @@ void run_list(const DlqListFlags& f, Context& ctx) {
 
 void add_dlq(CLI::App& app, Context& ctx) {
   auto* dlq = app.add_subcommand("dlq", "Inspect or empty a queue's dead-letter queue");
+  if (!ctx.wants("dlq")) return;
   dlq->require_subcommand(1);
 
   auto f = std::make_shared<DlqListFlags>();

@@ -32,6 +32,7 @@ void add_redrive(CLI::App& app, Context& ctx) {
       "redrive", "Move dead letters back into their queue, oldest first, once the bug is "
                  "fixed; each keeps its id and starts again at receive count 0. Prints the "
                  "ids moved");
+  if (!ctx.wants("redrive")) return;
   cmd->add_option("QUEUE", f->queue, "Queue whose dead letters move back")->required();
   cmd->add_option("--id", f->ids, "Move only this dead letter (repeatable)")
       ->type_name("ID")

@@ -77,6 +77,7 @@ void add_stats(CLI::App& app, Context& ctx) {
   auto* cmd = app.add_subcommand(
       "stats", "Show every queue (or one): visible, in flight, delayed, dead, age of the "
                "oldest message, and lifetime counters");
+  if (!ctx.wants("stats")) return;
   cmd->add_option("QUEUE", f->queue, "Only this queue");
   cmd->add_flag("--json", f->json, "One JSON object a line per queue");
   cmd->callback([f, &ctx] { run_stats(*f, ctx); });

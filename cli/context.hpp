@@ -33,6 +33,10 @@ struct Context {
   bool no_sync = false;      // --no-sync or Q_NO_SYNC=1
   std::string lock_timeout;  // --lock-timeout, else $Q_LOCK_TIMEOUT, else 10s
 
+  // The command named on the command line; empty when there is none (help).
+  std::string command;
+  bool wants(const char* name) const { return command.empty() || command == name; }
+
   std::string out;           // standard output, written when the command is done
   int exit = kOk;
 
