@@ -167,6 +167,7 @@ int run(int argc, char** argv) {
   add_send(app, ctx);
   add_receive(app, ctx);
   add_ack(app, ctx);
+  add_work(app, ctx);
   add_extend(app, ctx);
   add_nack(app, ctx);
   add_peek(app, ctx);

@@ -1,5 +1,6 @@
 // q create QUEUE [settings] and q config QUEUE [settings]: the same flags.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "context.hpp"
@@ -12,7 +13,7 @@ namespace {
 
 struct SettingsFlags {
   std::string queue;
-  std::string visibility_timeout, retention, delay, dedup_window;
+  std::string visibility_timeout, retention, delay, dedup_window, rate;
   std::optional<std::uint32_t> max_receives, max_size;
   std::optional<std::uint64_t> max_depth;
   bool json = false;
@@ -24,6 +25,7 @@ struct SettingsFlags {
     if (!retention.empty()) c.retention = duration_flag("--retention", retention);
     if (!delay.empty()) c.delay = duration_flag("--delay", delay);
     if (!dedup_window.empty()) c.dedup_window = duration_flag("--dedup-window", dedup_window);
+    if (!rate.empty()) c.rate = rate_flag("--rate", rate);
     c.max_receives = max_receives;
     c.max_size = max_size;
     c.max_depth = max_depth;
@@ -56,6 +58,10 @@ void add_settings(CLI::App* cmd, SettingsFlags& f) {
   cmd->add_option("--dedup-window", f.dedup_window,
                   "How long a --dedup-id is remembered (default 5m)")
       ->type_name("DUR");
+  cmd->add_option("--rate", f.rate,
+                  "Messages per second that all 'q work' consumers of the queue together may "
+                  "start, like 50/s, 3000/m (default 0: no limit)")
+      ->type_name("N/s");
 }
 
 std::string settings_text(const std::string& queue, const q::QueueConfig& c, bool json) {
@@ -69,6 +75,7 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
                .num("max_depth", static_cast<long long>(c.max_depth))
                .num("max_size", c.max_size)
                .num("dedup_window_ms", c.dedup_window)
+               .raw("rate_per_second", fmt::format("{}", c.rate))
                .done() +
            "\n";
   Table t;
@@ -80,6 +87,7 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
   t.row({"max-depth", c.max_depth ? std::to_string(c.max_depth) : "0 (unlimited)"});
   t.row({"max-size", std::to_string(c.max_size)});
   t.row({"dedup-window", q::format_duration(c.dedup_window)});
+  t.row({"rate", c.rate > 0 ? fmt::format("{}/s", c.rate) : "0 (no limit)"});
   return t.render();
 }
 

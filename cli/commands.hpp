@@ -26,6 +26,7 @@ void add_purge(CLI::App& app, Context& ctx);
 void add_stats(CLI::App& app, Context& ctx);
 void add_dlq(CLI::App& app, Context& ctx);
 void add_redrive(CLI::App& app, Context& ctx);
+void add_work(CLI::App& app, Context& ctx);
 
 int run(int argc, char** argv);
 

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -30,6 +32,27 @@ q::Millis time_flag(const std::string& flag, const std::string& text) {
                                "@1790000000)",
                                flag, text));
   return *t;
+}
+
+double rate_flag(const std::string& flag, const std::string& text) {
+  auto bad = [&]() -> double {
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("{} '{}': not a rate (like 50/s, 3000/m, 10/h)", flag, text));
+  };
+  std::size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return bad();
+  }
+  if (!(number >= 0) || std::isinf(number) || text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
+    return bad();
+  std::string unit = text.substr(used);
+  if (unit.empty() || unit == "/s") return number;
+  if (unit == "/m") return number / 60;
+  if (unit == "/h") return number / 3600;
+  return bad();
 }
 
 std::pair<std::string, std::string> attribute_flag(const std::string& text) {

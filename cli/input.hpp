@@ -13,6 +13,9 @@ namespace cli {
 q::Millis duration_flag(const std::string& flag, const std::string& text);
 q::Millis time_flag(const std::string& flag, const std::string& text);
 
+// "50/s", "3000/m", "10/h", or a bare number per second; in messages per second.
+double rate_flag(const std::string& flag, const std::string& text);
+
 // KEY=VALUE; throws q::Error(InvalidData) naming the flag when malformed.
 std::pair<std::string, std::string> attribute_flag(const std::string& text);
 

@@ -24,6 +24,9 @@ void validate(const QueueConfig& c) {
     bad(fmt::format("--delay {}: must be between 0s and 12h", format_duration(c.delay)));
   if (c.max_size < 1 || c.max_size > kMaxMaxSize)
     bad(fmt::format("--max-size {}: must be between 1 and {} bytes", c.max_size, kMaxMaxSize));
+  if (!(c.rate >= 0 && c.rate <= kMaxRate))
+    bad(fmt::format("--rate {}: must be between 0 (no limit) and {:.0f} per second", c.rate,
+                    kMaxRate));
   if (c.dedup_window < 0 || c.dedup_window > 7 * kDay)
     bad(fmt::format("--dedup-window {}: must be between 0s and 7d",
                     format_duration(c.dedup_window)));
@@ -37,6 +40,7 @@ QueueConfig apply(QueueConfig c, const ConfigChange& change) {
   if (change.max_depth) c.max_depth = *change.max_depth;
   if (change.max_size) c.max_size = *change.max_size;
   if (change.dedup_window) c.dedup_window = *change.dedup_window;
+  if (change.rate) c.rate = *change.rate;
   return c;
 }
 

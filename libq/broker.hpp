@@ -25,6 +25,8 @@ constexpr std::size_t kMaxReason = 4096;
 constexpr std::size_t kMaxAttributes = 64;
 constexpr std::size_t kMaxAttributeKey = 256;
 constexpr std::uint32_t kMaxMaxSize = 256u * 1024 * 1024;
+constexpr std::size_t kMaxIdempotencyKey = 256;
+constexpr double kMaxRate = 1e6;
 
 struct QueueConfig {
   Millis visibility_timeout = 30 * kSecond;
@@ -34,6 +36,9 @@ struct QueueConfig {
   std::uint64_t max_depth = 0;  // 0: unlimited
   std::uint32_t max_size = 1024 * 1024;  // body bytes
   Millis dedup_window = 5 * kMinute;
+  // Messages per second that all rate-limited consumers together may start
+  // (`q work`); 0: no limit.
+  double rate = 0;
 };
 
 // The settings a `create` or `config` names; unset fields stay as they are.
@@ -45,10 +50,11 @@ struct ConfigChange {
   std::optional<std::uint64_t> max_depth;
   std::optional<std::uint32_t> max_size;
   std::optional<Millis> dedup_window;
+  std::optional<double> rate;
 
   bool empty() const {
     return !visibility_timeout && !max_receives && !retention && !delay && !max_depth &&
-           !max_size && !dedup_window;
+           !max_size && !dedup_window && !rate;
   }
 };
 
@@ -123,6 +129,9 @@ struct ReceiveOptions {
   std::uint32_t max_messages = 1;
   std::optional<Millis> visibility_timeout;  // overrides the queue's
   Millis wait = 0;                           // long poll: block up to this long
+  // Take from the queue's shared rate budget (QueueConfig::rate): at most as
+  // many messages as it allows now; with `wait`, wait for the budget too.
+  bool rate_limited = false;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };
@@ -152,6 +161,15 @@ struct RemovedCounts {
   std::uint64_t dead_letters = 0;
 };
 
+// Readable when the queue file may have changed (any process committed), for
+// consumers that wait in their own event loop.
+class ChangeWatch {
+ public:
+  virtual ~ChangeWatch() = default;
+  virtual int fd() const = 0;  // -1: none; poll instead
+  virtual void drain() = 0;    // call when fd() was readable
+};
+
 class Broker {
  public:
   virtual ~Broker() = default;
@@ -176,6 +194,21 @@ class Broker {
   virtual Millis extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
   virtual Millis nack(const std::string& queue, const std::string& receipt,
                       const NackOptions& options) = 0;
+  // Moves the delivered message to the dead-letter queue at once.
+  virtual void dead_letter(const std::string& queue, const std::string& receipt,
+                           const std::string& reason) = 0;
+
+  // Idempotency records of consumers: ack_done acks and records `key` as done
+  // until now + keep, in one transaction; is_done tells whether it is.
+  virtual ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
+                                  const std::string& key, Millis keep) = 0;
+  virtual bool is_done(const std::string& queue, const std::string& key) = 0;
+
+  // When a receive could next get a message: now or earlier when one is
+  // visible (and, with rate_limited, the rate budget allows); INT64_MAX: not
+  // before something changes.
+  virtual Millis next_delivery(const std::string& queue, bool rate_limited) = 0;
+  virtual std::unique_ptr<ChangeWatch> watch() = 0;
 
   virtual std::vector<Message> peek(const std::string& queue, std::size_t max) = 0;
   virtual std::uint64_t purge(const std::string& queue) = 0;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <unordered_map>
@@ -192,6 +193,69 @@ class QueueView {
     expire_messages();
     expire_dead_letters();
     expire_dedup();
+    expire_done();
+  }
+
+  void expire_done() {
+    std::vector<std::string> old;
+    {
+      Cursor c(txn, db.done_expiry);
+      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
+           ok = c.next()) {
+        if (store::key_time(c.key()) > now) break;
+        old.emplace_back(c.key());
+      }
+    }
+    for (const auto& key : old) {
+      txn.del(db.done_expiry, key);
+      auto done_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
+      auto entry = txn.get(db.done, done_key);
+      if (entry && entry->size() == 8) {
+        Millis expires = 0;
+        std::memcpy(&expires, entry->data(), 8);
+        if (expires <= now) txn.del(db.done, done_key);
+      }
+    }
+  }
+
+  // ---- the shared rate budget (GCRA) --------------------------------------------
+  // One start every 1/rate seconds, with a burst of a tenth of a second's
+  // worth so fast queues need not take one message per transaction.
+
+  struct RateBudget {
+    double interval_us;
+    double tolerance_us;
+  };
+  std::optional<RateBudget> rate_budget() const {
+    if (rec.config.rate <= 0) return std::nullopt;
+    double interval = 1e6 / rec.config.rate;
+    return RateBudget{interval, interval * std::floor(rec.config.rate / 10)};
+  }
+
+  // How many starts the budget allows now.
+  std::uint64_t rate_allows() const {
+    auto budget = rate_budget();
+    if (!budget) return UINT64_MAX;
+    double now_us = static_cast<double>(now) * 1000;
+    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
+    if (tat > now_us + budget->tolerance_us) return 0;
+    return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) + 1;
+  }
+
+  void rate_take(std::uint64_t starts) {
+    auto budget = rate_budget();
+    if (!budget || starts == 0) return;
+    double now_us = static_cast<double>(now) * 1000;
+    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
+    rec.rate_tat_us = static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
+  }
+
+  // The first time the budget allows a start.
+  Millis rate_ready_at() const {
+    auto budget = rate_budget();
+    if (!budget) return INT64_MIN;
+    double at_us = static_cast<double>(rec.rate_tat_us) - budget->tolerance_us;
+    return static_cast<Millis>(std::ceil(at_us / 1000));
   }
 
   void expire_messages() {
@@ -339,7 +403,7 @@ MessageState state_of(const Header& h, Millis now) {
 
 // Wakes a long-polling receiver when any process commits to the file: LMDB
 // writes the data file on every commit, and inotify sees writes by all processes.
-class FileWatch {
+class FileWatch final : public ChangeWatch {
  public:
   explicit FileWatch(const std::string& path) {
     fd_ = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
@@ -354,6 +418,13 @@ class FileWatch {
   FileWatch(const FileWatch&) = delete;
   FileWatch& operator=(const FileWatch&) = delete;
 
+  int fd() const override { return fd_; }
+  void drain() override {
+    char buf[4096];
+    while (fd_ >= 0 && ::read(fd_, buf, sizeof buf) > 0) {
+    }
+  }
+
   // Waits until the file changes or `ms` pass.
   void wait(Millis ms) {
     if (ms <= 0) return;
@@ -363,11 +434,7 @@ class FileWatch {
       return;
     }
     pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<Millis>(ms, 60 * kSecond))) > 0) {
-      char buf[4096];
-      while (::read(fd_, buf, sizeof buf) > 0) {
-      }
-    }
+    if (::poll(&p, 1, static_cast<int>(std::min<Millis>(ms, 60 * kSecond))) > 0) drain();
   }
 
  private:
@@ -426,7 +493,7 @@ class LmdbBroker final : public Broker {
     RemovedCounts removed;
     removed.messages = purge_live(view);
     removed.dead_letters = purge_dead(view);
-    for (MDB_dbi dbi : {db().dedup, db().dedup_expiry}) {
+    for (MDB_dbi dbi : {db().dedup, db().dedup_expiry, db().done, db().done_expiry}) {
       for (const auto& key : keys_with_prefix(txn, dbi, view.prefix)) txn.del(dbi, key);
     }
     txn.del(db().queues, queue);
@@ -546,7 +613,7 @@ class LmdbBroker final : public Broker {
     for (;;) {
       // Look first without the writer lock: an idle receiver must not write,
       // or every waiting receiver would wake every other one.
-      Millis next_due = deliverable_at(queue);
+      Millis next_due = next_delivery(queue, options.rate_limited);
       Millis now = clock_->now();
       if (next_due <= now) {
         auto messages = receive_now(queue, options);
@@ -557,6 +624,73 @@ class LmdbBroker final : public Broker {
       if (now >= deadline || !watch) return {};
       watch->wait(std::min(deadline, next_due) - now);
     }
+  }
+
+  Millis next_delivery(const std::string& queue, bool rate_limited) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    Millis earliest = INT64_MAX;
+    {
+      Cursor c(txn, db().ready);
+      if (c.seek(view.prefix) && c.has_prefix(view.prefix)) earliest = INT64_MIN;
+    }
+    for (MDB_dbi dbi : {db().delayed, db().leases}) {
+      Cursor c(txn, dbi);
+      if (c.seek(view.prefix) && c.has_prefix(view.prefix))
+        earliest = std::min(earliest, store::key_time(c.key()));
+    }
+    if (rate_limited && earliest != INT64_MAX) earliest = std::max(earliest, view.rate_ready_at());
+    return earliest;
+  }
+
+  std::unique_ptr<ChangeWatch> watch() override {
+    return std::make_unique<FileWatch>(env_->path());
+  }
+
+  void dead_letter(const std::string& queue, const std::string& receipt,
+                   const std::string& reason) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    auto [seq, header] = view.current_delivery(receipt);
+    view.dead_letter(seq, std::move(header), reason.substr(0, kMaxReason));
+    view.save();
+    txn.commit();
+  }
+
+  ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
+                          const std::string& key, Millis keep) override {
+    check_idempotency_key(key);
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    try {
+      auto delivery = view.current_delivery(receipt);
+      view.remove_live(delivery.seq, delivery.header);
+      ++view.rec.counters.acked;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Stale) throw;
+      // The work was done all the same: record it, so a repeat is skipped.
+      remember_done(view, key, keep);
+      view.save();
+      txn.commit();
+      return ReceiptOutcome::Stale;
+    }
+    remember_done(view, key, keep);
+    view.save();
+    txn.commit();
+    return ReceiptOutcome::Done;
+  }
+
+  bool is_done(const std::string& queue, const std::string& key) override {
+    check_idempotency_key(key);
+    Txn txn(*env_, Txn::Read);
+    auto rec = must_load(txn, queue);
+    auto entry = txn.get(db().done, store::key_q_bytes(rec.qid, key));
+    if (!entry || entry->size() != 8) return false;
+    Millis expires = 0;
+    std::memcpy(&expires, entry->data(), 8);
+    return expires > clock_->now();
   }
 
   std::vector<ReceiptResult> ack(const std::string& queue,
@@ -804,6 +938,26 @@ class LmdbBroker final : public Broker {
     differs("--max-depth", change.max_depth, have.max_depth, num);
     differs("--max-size", change.max_size, have.max_size, num);
     differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
+    differs("--rate", change.rate, have.rate, [](double v) { return fmt::format("{}/s", v); });
+  }
+
+  static void check_idempotency_key(const std::string& key) {
+    if (key.empty() || key.size() > kMaxIdempotencyKey)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("idempotency key of {} bytes: must be 1 to {}", key.size(),
+                              kMaxIdempotencyKey));
+  }
+
+  void remember_done(QueueView& view, const std::string& key, Millis keep) {
+    Millis expires = view.now + keep;
+    auto done_key = store::key_q_bytes(view.rec.qid, key);
+    if (auto old = view.txn.get(db().done, done_key); old && old->size() == 8) {
+      Millis old_expires = 0;
+      std::memcpy(&old_expires, old->data(), 8);
+      view.txn.del(db().done_expiry, store::key_q_time_bytes(view.rec.qid, old_expires, key));
+    }
+    view.txn.put(db().done, done_key, {reinterpret_cast<const char*>(&expires), 8});
+    view.txn.put(db().done_expiry, store::key_q_time_bytes(view.rec.qid, expires, key), {});
   }
 
   void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
@@ -921,23 +1075,6 @@ class LmdbBroker final : public Broker {
     return s;
   }
 
-  // The earliest time a message of the queue can be delivered: now when one is
-  // visible, else when the next delay or lease ends (INT64_MAX: never).
-  Millis deliverable_at(const std::string& queue) {
-    Txn txn(*env_, Txn::Read);
-    auto rec = must_load(txn, queue);
-    auto prefix = store::key_q(rec.qid);
-    Millis earliest = INT64_MAX;
-    {
-      Cursor c(txn, db().ready);
-      if (c.seek(prefix) && c.has_prefix(prefix)) return INT64_MIN;
-    }
-    for (MDB_dbi dbi : {db().delayed, db().leases}) {
-      Cursor c(txn, dbi);
-      if (c.seek(prefix) && c.has_prefix(prefix)) earliest = std::min(earliest, store::key_time(c.key()));
-    }
-    return earliest;
-  }
 
   std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
     Txn txn(*env_, Txn::Write);
@@ -945,8 +1082,10 @@ class LmdbBroker final : public Broker {
     view.maintain();
     const auto& config = view.rec.config;
     Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
+    std::uint64_t budget = options.rate_limited ? view.rate_allows() : UINT64_MAX;
+    std::uint64_t want = std::min<std::uint64_t>(options.max_messages, budget);
     std::vector<Message> out;
-    while (out.size() < options.max_messages) {
+    while (out.size() < want) {
       std::uint64_t seq;
       {
         Cursor c(txn, db().ready);
@@ -981,6 +1120,7 @@ class LmdbBroker final : public Broker {
       m.receipt = store::receipt(seq, nonce);
       out.push_back(std::move(m));
     }
+    if (options.rate_limited) view.rate_take(out.size());
     view.save();
     txn.commit();
     return out;

@@ -181,6 +181,7 @@ void Env::init_databases(bool may_initialize) {
       {&db_.leases, "leases"},     {&db_.age, "age"},
       {&db_.dead, "dead"},         {&db_.dead_expiry, "dead-expiry"},
       {&db_.dedup, "dedup"},       {&db_.dedup_expiry, "dedup-expiry"},
+      {&db_.done, "done"},         {&db_.done_expiry, "done-expiry"},
   };
   auto not_ours = [&] {
     return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "

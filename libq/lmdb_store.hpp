@@ -29,7 +29,7 @@ struct OpenOptions {
 
 struct Databases {
   MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry,
-      dedup, dedup_expiry;
+      dedup, dedup_expiry, done, done_expiry;
 };
 
 class Env {

@@ -346,6 +346,10 @@ std::string encode(const QueueRecord& q) {
   w.u64(q.config.max_depth);
   w.u32(q.config.max_size);
   w.i64(q.config.dedup_window);
+  std::uint64_t rate_bits;
+  std::memcpy(&rate_bits, &q.config.rate, 8);
+  w.u64(rate_bits);
+  w.i64(q.rate_tat_us);
   const auto& c = q.counters;
   for (auto v : {c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
                  c.deduplicated})
@@ -370,6 +374,9 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   q.config.max_depth = r.u64();
   q.config.max_size = r.u32();
   q.config.dedup_window = r.i64();
+  std::uint64_t rate_bits = r.u64();
+  std::memcpy(&q.config.rate, &rate_bits, 8);
+  q.rate_tat_us = r.i64();
   auto& c = q.counters;
   for (auto* v : {&c.sent, &c.received, &c.acked, &c.nacked, &c.dead_lettered, &c.redriven,
                   &c.expired, &c.deduplicated})

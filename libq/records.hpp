@@ -86,6 +86,9 @@ struct QueueRecord {
   std::uint64_t delayed = 0;
   std::uint64_t leased = 0;
   std::uint64_t dead = 0;
+  // Shared rate limit (GCRA): the theoretical time, in microseconds, at which
+  // the next start would conform.
+  std::int64_t rate_tat_us = 0;
 };
 std::string encode(const QueueRecord& record);
 std::optional<QueueRecord> decode_queue(std::string_view bytes);

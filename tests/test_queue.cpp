@@ -553,6 +553,98 @@ TEST_F(QueueTest, PurgeDeadLetters) {
   EXPECT_TRUE(broker_->dead_letters("q", 10).empty());
 }
 
+TEST_F(QueueTest, DeadLetterAtOnceKeepsTheReason) {
+  create("q");
+  auto id = send("q", "bad input");
+  auto m = receive_one("q");
+  broker_->dead_letter("q", m.receipt, "exit status 65: unparseable");
+  auto dead = broker_->dead_letters("q", 10);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].id, id);
+  EXPECT_EQ(dead[0].reason, "exit status 65: unparseable");
+  EXPECT_EQ(ack("q", m.receipt), ReceiptOutcome::Stale);
+  EXPECT_EQ(error_of([&] { broker_->dead_letter("q", m.receipt, "again"); }), ErrorKind::Stale);
+}
+
+// ---- consumers: idempotency records, shared rate, next delivery ------------------
+
+TEST_F(QueueTest, DoneKeysAreRecordedWithTheAckAndExpire) {
+  create("q");
+  send("q", "x");
+  auto m = receive_one("q");
+  EXPECT_FALSE(broker_->is_done("q", "order-7"));
+  EXPECT_EQ(broker_->ack_done("q", m.receipt, "order-7", kHour), ReceiptOutcome::Done);
+  EXPECT_TRUE(broker_->is_done("q", "order-7"));
+  EXPECT_EQ(stats("q").counters.acked, 1u);
+  clock_.advance(kHour);
+  EXPECT_FALSE(broker_->is_done("q", "order-7"));
+  EXPECT_EQ(error_of([&] { broker_->is_done("q", std::string(300, 'k')); }),
+            ErrorKind::InvalidData);
+}
+
+TEST_F(QueueTest, DoneKeyIsKeptEvenWhenTheLeaseWasLost) {
+  create("q");
+  send("q", "x");
+  auto first = receive_one("q");
+  clock_.advance(kMinute);
+  random_value_ = 99;
+  receive_one("q");
+  EXPECT_EQ(broker_->ack_done("q", first.receipt, "k", kHour), ReceiptOutcome::Stale);
+  EXPECT_TRUE(broker_->is_done("q", "k"));
+}
+
+TEST_F(QueueTest, SharedRateLimitSpacesStarts) {
+  ConfigChange change;
+  change.rate = 2;  // one start every 500 ms
+  create("q", change);
+  for (int i = 0; i < 10; ++i) send("q", "x");
+  ReceiveOptions limited;
+  limited.max_messages = 10;
+  limited.rate_limited = true;
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+  EXPECT_TRUE(broker_->receive("q", limited).empty());
+  EXPECT_EQ(broker_->next_delivery("q", true), clock_.now() + 500);
+  EXPECT_LE(broker_->next_delivery("q", false), clock_.now());
+  // Consumers that do not ask for the limit are not held by it.
+  EXPECT_EQ(receive("q", 1).size(), 1u);
+  clock_.advance(500);
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+  // Idle time does not build up a burst.
+  clock_.advance(10 * kSecond);
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+  EXPECT_TRUE(broker_->receive("q", limited).empty());
+}
+
+TEST_F(QueueTest, FastRatesAllowATenthOfASecondBurst) {
+  ConfigChange change;
+  change.rate = 100;
+  create("q", change);
+  std::vector<OutgoingMessage> batch(500, OutgoingMessage{"x", {}, ""});
+  broker_->send("q", batch, {});
+  ReceiveOptions limited;
+  limited.max_messages = 500;
+  limited.rate_limited = true;
+  std::size_t started = 0;
+  for (int step = 0; step < 100; ++step) {  // one second in 10 ms steps
+    started += broker_->receive("q", limited).size();
+    clock_.advance(10);
+  }
+  EXPECT_GE(started, 100u);
+  EXPECT_LE(started, 111u);
+}
+
+TEST_F(QueueTest, NextDeliveryFollowsDelaysAndLeases) {
+  create("q");
+  EXPECT_EQ(broker_->next_delivery("q", false), INT64_MAX);
+  SendOptions later;
+  later.delay = 5 * kSecond;
+  send("q", "x", later);
+  EXPECT_EQ(broker_->next_delivery("q", false), clock_.now() + 5 * kSecond);
+  clock_.advance(5 * kSecond);
+  receive("q", 1, 30 * kSecond);
+  EXPECT_EQ(broker_->next_delivery("q", false), clock_.now() + 30 * kSecond);
+}
+
 // ---- dedup ----------------------------------------------------------------------------------
 
 TEST_F(QueueTest, DedupIdInsideWindowStoresNothing) {

@@ -1,0 +1,101 @@
+// q work QUEUE [options] -- COMMAND [ARGS...]: the consumer runner.
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "input.hpp"
+#include "worker.hpp"
+
+namespace cli {
+namespace {
+
+struct WorkFlags {
+  std::string queue;
+  std::vector<std::string> command;
+  unsigned concurrency = 1;
+  std::string backoff_base = "1s", backoff_cap = "15m", timeout, visibility_timeout, rate,
+              idempotency_window, grace = "30s", kill_after = "5s";
+  std::string idempotency_key;
+  std::optional<std::uint64_t> max_messages;
+  bool exit_when_empty = false, quiet = false;
+};
+
+void run_work(const WorkFlags& f, Context& ctx) {
+  WorkOptions o;
+  o.queue = f.queue;
+  o.command = f.command;
+  o.queue_file = ctx.queue_file();
+  o.concurrency = f.concurrency;
+  o.backoff_base = duration_flag("--backoff-base", f.backoff_base);
+  o.backoff_cap = duration_flag("--backoff-cap", f.backoff_cap);
+  if (!f.timeout.empty()) o.timeout = duration_flag("--timeout", f.timeout);
+  o.kill_after = duration_flag("--kill-after", f.kill_after);
+  if (!f.visibility_timeout.empty())
+    o.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
+  if (!f.rate.empty()) o.rate = rate_flag("--rate", f.rate);
+  o.idempotency_attribute = f.idempotency_key;
+  if (!f.idempotency_window.empty())
+    o.idempotency_window = duration_flag("--idempotency-window", f.idempotency_window);
+  o.grace = duration_flag("--grace", f.grace);
+  o.exit_when_empty = f.exit_when_empty;
+  o.max_messages = f.max_messages;
+  o.quiet = f.quiet;
+  auto broker = ctx.open();
+  ctx.exit = run_worker(*broker, o);
+}
+
+}  // namespace
+
+void add_work(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<WorkFlags>();
+  auto* cmd = app.add_subcommand(
+      "work",
+      "Run COMMAND once per message (body on stdin, Q_* variables in its environment): exit "
+      "0 acks, 65 dead-letters at once, anything else retries with backoff. Exit 4 when any "
+      "message failed");
+  if (!ctx.wants("work")) return;
+  cmd->add_option("QUEUE", f->queue, "Queue to consume")->required();
+  cmd->add_option("COMMAND", f->command, "Command and arguments, after '--'; no shell")
+      ->required();
+  cmd->add_option("-j,--concurrency", f->concurrency, "Run up to N commands at once (default 1)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--timeout", f->timeout,
+                  "SIGTERM a command still running after DUR (SIGKILL after --kill-after); "
+                  "counts as a failure")
+      ->type_name("DUR");
+  cmd->add_option("--kill-after", f->kill_after, "SIGKILL this long after a timeout's SIGTERM "
+                                                 "(default 5s)")
+      ->type_name("DUR");
+  cmd->add_option("--backoff-base", f->backoff_base, "First retry delay ceiling (default 1s)")
+      ->type_name("DUR");
+  cmd->add_option("--backoff-cap", f->backoff_cap, "Largest retry delay (default 15m)")
+      ->type_name("DUR");
+  cmd->add_option("--visibility-timeout", f->visibility_timeout,
+                  "Lease length, renewed by a heartbeat every third of it (default: the "
+                  "queue's)")
+      ->type_name("DUR");
+  cmd->add_option("--rate", f->rate,
+                  "Start at most this many commands per second in this process (the queue's "
+                  "--rate limits all consumers together)")
+      ->type_name("N/s");
+  cmd->add_option("--idempotency-key", f->idempotency_key,
+                  "Skip (ack without running) a message whose attribute ATTR, or else dedup id, "
+                  "matches one already done")
+      ->type_name("ATTR");
+  cmd->add_option("--idempotency-window", f->idempotency_window,
+                  "How long a done key is remembered (default: the queue's retention)")
+      ->type_name("DUR");
+  cmd->add_option("--grace", f->grace,
+                  "On SIGTERM/SIGINT, let running commands finish this long, then release "
+                  "them (default 30s)")
+      ->type_name("DUR");
+  cmd->add_flag("--exit-when-empty", f->exit_when_empty,
+                "Exit once nothing is visible and nothing runs (for cron)");
+  cmd->add_option("--max-messages", f->max_messages, "Exit after taking N messages")
+      ->type_name("N");
+  cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
+  cmd->callback([f, &ctx] { run_work(*f, ctx); });
+}
+
+}  // namespace cli

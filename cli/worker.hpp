@@ -1,0 +1,42 @@
+// The `q work` runner: receives messages, runs a command per message, and acks,
+// dead-letters or releases each by the command's exit status. One thread, one
+// poll() loop: child stderr pipes, signals (through a self-pipe), and the queue
+// file's change notifications.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "broker.hpp"
+
+namespace cli {
+
+struct WorkOptions {
+  std::string queue;
+  std::vector<std::string> command;
+  std::string queue_file;  // exported to the command as Q_FILE
+  unsigned concurrency = 1;
+  q::Millis backoff_base = 1 * q::kSecond;
+  q::Millis backoff_cap = 15 * q::kMinute;
+  std::optional<q::Millis> timeout;           // per command
+  q::Millis kill_after = 5 * q::kSecond;      // SIGTERM -> SIGKILL
+  std::optional<q::Millis> visibility_timeout;
+  double rate = 0;                            // per process, starts per second
+  std::string idempotency_attribute;
+  std::optional<q::Millis> idempotency_window;  // default: the queue's retention
+  q::Millis grace = 30 * q::kSecond;
+  bool exit_when_empty = false;
+  std::optional<std::uint64_t> max_messages;
+  bool quiet = false;
+};
+
+// Exit status of `q work` when it ran and at least one message failed (was
+// released for a retry or dead-lettered).
+constexpr int kSomeFailed = 4;
+
+// Runs until stopped (signal, --exit-when-empty, --max-messages); returns the
+// exit status. Throws q::Error for errors of the queue itself.
+int run_worker(q::Broker& broker, const WorkOptions& options);
+
+}  // namespace cli
