@@ -94,6 +94,7 @@ Exit codes:
    0  success
    1  nothing to receive
    3  stale receipt (the message was redelivered, acked or dead-lettered)
+   4  q work: at least one message failed (released for a retry or dead-lettered)
   64  usage error
   65  bad input data (too large, malformed receipt or attribute)
   66  not found (no such queue file, queue or message)

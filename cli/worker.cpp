@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +75,32 @@ void close_on_exec_everything() {
   closedir(dir);
 }
 
+// The path execve needs, looked up once rather than per message.
+std::string find_program(const std::string& name) {
+  auto missing = [&](const char* why) {
+    return q::Error(q::ErrorKind::Usage, fmt::format("command '{}': {}", name, why));
+  };
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!runnable(name)) throw missing("not found or not executable");
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    auto colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (runnable(candidate)) return candidate;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  throw missing("not found in PATH");
+}
+
 Millis steady_now() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
@@ -135,6 +162,7 @@ class Worker {
     // Extend well before the lease runs out: at a third of it.
     heartbeat_every_ = std::max<Millis>(visibility_ / 3, 100);
     progress_ = !o_.quiet && isatty(STDERR_FILENO);
+    program_ = find_program(o_.command.at(0));
   }
 
   int run() {
@@ -251,7 +279,9 @@ class Worker {
 
     auto env_strings = environment(m);
     std::vector<char*> argv, envp;
-    for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(const_cast<char*>(program_.c_str()));
+    for (std::size_t i = 1; i < o_.command.size(); ++i)
+      argv.push_back(const_cast<char*>(o_.command[i].c_str()));
     argv.push_back(nullptr);
     for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
@@ -269,7 +299,7 @@ class Worker {
       signal(SIGPIPE, SIG_DFL);
       dup2(body_fd, STDIN_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
-      execvpe(argv[0], argv.data(), envp.data());
+      execve(argv[0], argv.data(), envp.data());
       const char* msg = "q work: cannot run command\n";
       [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
       _exit(errno == ENOENT ? 127 : 126);
@@ -311,19 +341,35 @@ class Worker {
 
   // ---- outcomes -----------------------------------------------------------------------
 
+  // Settles every command that has ended; plain acks of commands that ended
+  // together share one transaction.
   void reap_children() {
+    std::vector<std::string> acks;
     for (;;) {
       int status = 0;
       pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;
+      if (pid <= 0) break;
       auto it = jobs_.find(pid);
       if (it == jobs_.end()) continue;
       Job& job = it->second;
       if (job.stderr_fd >= 0) read_stderr(job);
       if (job.stderr_fd >= 0) ::close(job.stderr_fd);
-      finish(job, status);
+      if (!job.timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0 && job.key.empty())
+        acks.push_back(job.message.receipt);
+      else
+        finish(job, status);
       jobs_.erase(it);
     }
+    if (acks.empty()) return;
+    for (const auto& result : broker_.ack(o_.queue, acks))
+      if (result.outcome != q::ReceiptOutcome::Done) lease_lost_at_ack(result.receipt);
+    done_ += acks.size();
+  }
+
+  void lease_lost_at_ack(const std::string& receipt) const {
+    note(fmt::format("receipt {}: done, but its lease was lost before the ack (another "
+                     "consumer may run it again; raise the visibility timeout?)",
+                     receipt));
   }
 
   // The last three lines the command wrote to stderr, for the reason.
@@ -364,13 +410,9 @@ class Worker {
     const auto& m = job.message;
     try {
       if (success) {
-        auto outcome = job.key.empty()
-                           ? broker_.ack(o_.queue, {m.receipt}).at(0).outcome
-                           : broker_.ack_done(o_.queue, m.receipt, job.key, *idempotency_window_);
-        if (outcome != q::ReceiptOutcome::Done)
-          note(fmt::format("message {}: done, but its lease was lost before the ack (another "
-                           "consumer may run it again; raise the visibility timeout?)",
-                           m.id));
+        if (broker_.ack_done(o_.queue, m.receipt, job.key, *idempotency_window_) !=
+            q::ReceiptOutcome::Done)
+          lease_lost_at_ack(m.receipt);
         ++done_;
       } else if (bad_message) {
         broker_.dead_letter(o_.queue, m.receipt, reason);
@@ -545,6 +587,7 @@ class Worker {
 
   q::Broker& broker_;
   const WorkOptions& o_;
+  std::string program_;  // the command's path, looked up in PATH once
   LocalRate local_rate_;
   Millis visibility_ = 0;
   std::optional<Millis> idempotency_window_;
