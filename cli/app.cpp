@@ -35,7 +35,10 @@ int exit_code(q::ErrorKind kind) {
 }
 
 std::string Context::queue_file() const {
-  if (!file.empty()) return file;
+  if (file) {
+    if (file->empty()) throw q::Error(q::ErrorKind::Usage, "-f/--file: the path is empty");
+    return *file;
+  }
   if (const char* env = std::getenv("Q_FILE"); env && *env) return env;
   std::string data_home;
   if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') {
@@ -55,15 +58,11 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
   options.open.create = create;
   const char* no_sync_env = std::getenv("Q_NO_SYNC");
   options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
-  std::string timeout = lock_timeout;
-  std::string flag = "--lock-timeout";
-  if (timeout.empty()) {
-    if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
-      timeout = env;
-      flag = "Q_LOCK_TIMEOUT";
-    }
+  if (lock_timeout) {
+    options.open.lock_timeout = duration_flag("--lock-timeout", *lock_timeout);
+  } else if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
+    options.open.lock_timeout = duration_flag("Q_LOCK_TIMEOUT", std::string(env));
   }
-  if (!timeout.empty()) options.open.lock_timeout = duration_flag(flag, timeout);
   return q::open_lmdb_broker(options);
 }
 

@@ -13,19 +13,22 @@ namespace {
 
 struct SettingsFlags {
   std::string queue;
-  std::string visibility_timeout, retention, delay, dedup_window, rate;
+  std::optional<std::string> visibility_timeout, retention, delay, dedup_window, rate;
   std::optional<std::uint32_t> max_receives, max_size;
   std::optional<std::uint64_t> max_depth;
+  bool fifo = false;
+  std::optional<bool> content_dedup;
   bool json = false;
 
   q::ConfigChange change() const {
     q::ConfigChange c;
-    if (!visibility_timeout.empty())
-      c.visibility_timeout = duration_flag("--visibility-timeout", visibility_timeout);
-    if (!retention.empty()) c.retention = duration_flag("--retention", retention);
-    if (!delay.empty()) c.delay = duration_flag("--delay", delay);
-    if (!dedup_window.empty()) c.dedup_window = duration_flag("--dedup-window", dedup_window);
-    if (!rate.empty()) c.rate = rate_flag("--rate", rate);
+    c.visibility_timeout = duration_flag("--visibility-timeout", visibility_timeout);
+    c.retention = duration_flag("--retention", retention);
+    c.delay = duration_flag("--delay", delay);
+    c.dedup_window = duration_flag("--dedup-window", dedup_window);
+    if (rate) c.rate = rate_flag("--rate", *rate);
+    if (fifo) c.fifo = true;
+    if (content_dedup) c.content_dedup = *content_dedup;
     c.max_receives = max_receives;
     c.max_size = max_size;
     c.max_depth = max_depth;
@@ -62,6 +65,12 @@ void add_settings(CLI::App* cmd, SettingsFlags& f) {
                   "Messages per second that all 'q work' consumers of the queue together may "
                   "start, like 50/s, 3000/m (default 0: no limit)")
       ->type_name("N/s");
+  cmd->add_option("--content-dedup", f.content_dedup,
+                  "FIFO queues: without --dedup-id, a body sent again within the dedup window "
+                  "is a duplicate (SHA-256 of the body)")
+      ->type_name("on|off")
+      ->transform(CLI::IsMember({"on", "off"}))
+      ->each([&f](const std::string& v) { f.content_dedup = v == "on"; });
 }
 
 std::string settings_text(const std::string& queue, const q::QueueConfig& c, bool json) {
@@ -76,10 +85,13 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
                .num("max_size", c.max_size)
                .num("dedup_window_ms", c.dedup_window)
                .raw("rate_per_second", fmt::format("{}", c.rate))
+               .boolean("fifo", c.fifo)
+               .boolean("content_dedup", c.content_dedup)
                .done() +
            "\n";
   Table t;
   t.row({"queue", queue});
+  t.row({"kind", c.fifo ? "FIFO" : "standard"});
   t.row({"visibility-timeout", q::format_duration(c.visibility_timeout)});
   t.row({"max-receives", c.max_receives ? std::to_string(c.max_receives) : "0 (never)"});
   t.row({"retention", q::format_duration(c.retention)});
@@ -88,6 +100,7 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
   t.row({"max-size", std::to_string(c.max_size)});
   t.row({"dedup-window", q::format_duration(c.dedup_window)});
   t.row({"rate", c.rate > 0 ? fmt::format("{}/s", c.rate) : "0 (no limit)"});
+  if (c.fifo) t.row({"content-dedup", c.content_dedup ? "on" : "off"});
   return t.render();
 }
 
@@ -100,6 +113,9 @@ void add_create(CLI::App& app, Context& ctx) {
                 "the same settings is fine");
   if (!ctx.wants("create")) return;
   add_settings(create, *create_flags);
+  create->add_flag("--fifo", create_flags->fifo,
+                   "A FIFO queue: messages carry a --group and each group is delivered in send "
+                   "order, one delivery at a time (fixed once created)");
   create->callback([create_flags, &ctx] {
     auto change = create_flags->change();
     ctx.open(/*create=*/true)->create_queue(create_flags->queue, change);

@@ -10,14 +10,15 @@ namespace cli {
 namespace {
 
 struct NackFlags {
-  std::string queue, receipt, delay, reason;
+  std::string queue, receipt, reason;
+  std::optional<std::string> delay;
   std::string backoff_base = "1s", backoff_cap = "15m";
   bool backoff = false, json = false;
 };
 
 void run_nack(const NackFlags& f, Context& ctx) {
   q::NackOptions options;
-  if (!f.delay.empty()) options.delay = duration_flag("--delay", f.delay);
+  options.delay = duration_flag("--delay", f.delay).value_or(0);
   options.backoff = f.backoff;
   options.backoff_base = duration_flag("--backoff-base", f.backoff_base);
   options.backoff_cap = duration_flag("--backoff-cap", f.backoff_cap);

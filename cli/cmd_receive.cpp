@@ -13,16 +13,15 @@ namespace {
 struct ReceiveFlags {
   std::string queue;
   std::uint32_t max = 1;
-  std::string wait, visibility_timeout;
+  std::optional<std::string> wait, visibility_timeout;
   bool json = false;
 };
 
 void run_receive(const ReceiveFlags& f, Context& ctx) {
   q::ReceiveOptions options;
   options.max_messages = f.max;
-  if (!f.wait.empty()) options.wait = duration_flag("--wait", f.wait);
-  if (!f.visibility_timeout.empty())
-    options.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
+  options.wait = duration_flag("--wait", f.wait).value_or(0);
+  options.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
 
   auto messages = ctx.open()->receive(f.queue, options);
   if (messages.empty()) {

@@ -15,15 +15,21 @@ struct SendFlags {
   std::string queue;
   std::optional<std::string> body;
   bool lines = false, null = false, create = false, quiet = false, json = false;
-  std::string delay, at, dedup_id;
+  std::optional<std::string> delay, at, dedup_id;
+  std::optional<std::string> group;
   std::vector<std::string> attributes;
 };
 
 void run_send(const SendFlags& f, Context& ctx) {
   q::SendOptions options;
   options.create_queue = f.create;
-  if (!f.delay.empty()) options.delay = duration_flag("--delay", f.delay);
-  if (!f.at.empty()) options.at = time_flag("--at", f.at);
+  options.delay = duration_flag("--delay", f.delay);
+  if (f.at) options.at = time_flag("--at", *f.at);
+  if (f.dedup_id && (f.dedup_id->empty() || f.dedup_id->size() > q::kMaxDedupId))
+    throw q::Error(q::ErrorKind::InvalidData,
+                   fmt::format("--dedup-id: must be 1 to {} bytes", q::kMaxDedupId));
+  if (f.group && f.group->empty())
+    throw q::Error(q::ErrorKind::InvalidData, "--group: must not be empty");
   q::Attributes attributes;
   for (const auto& a : f.attributes) attributes.push_back(attribute_flag(a));
 
@@ -38,7 +44,8 @@ void run_send(const SendFlags& f, Context& ctx) {
 
   std::vector<q::OutgoingMessage> messages;
   messages.reserve(bodies.size());
-  for (auto& body : bodies) messages.push_back({std::move(body), attributes, f.dedup_id});
+  for (auto& body : bodies)
+    messages.push_back({std::move(body), attributes, f.dedup_id.value_or(""), f.group.value_or("")});
 
   auto results = ctx.open(f.create)->send(f.queue, std::move(messages), options);
   if (f.quiet) return;
@@ -78,6 +85,9 @@ void add_send(CLI::App& app, Context& ctx) {
                                 "nothing and prints the first message's id")
                     ->type_name("ID");
   dedup->excludes(lines)->excludes(null);
+  cmd->add_option("--group", f->group,
+                  "FIFO queues: the message group; each group is delivered in send order")
+      ->type_name("ID");
   cmd->add_flag("--create", f->create, "Create the queue (and file) with default settings if "
                                        "missing");
   auto* quiet = cmd->add_flag("-q,--quiet", f->quiet, "Print nothing on success");

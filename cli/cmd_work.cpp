@@ -13,8 +13,8 @@ struct WorkFlags {
   std::string queue;
   std::vector<std::string> command;
   unsigned concurrency = 1;
-  std::string backoff_base = "1s", backoff_cap = "15m", timeout, visibility_timeout, rate,
-              idempotency_window, grace = "30s", kill_after = "5s";
+  std::string backoff_base = "1s", backoff_cap = "15m", grace = "30s", kill_after = "5s";
+  std::optional<std::string> timeout, visibility_timeout, rate, idempotency_window;
   std::string idempotency_key;
   std::optional<std::uint64_t> max_messages;
   bool exit_when_empty = false, quiet = false;
@@ -28,14 +28,12 @@ void run_work(const WorkFlags& f, Context& ctx) {
   o.concurrency = f.concurrency;
   o.backoff_base = duration_flag("--backoff-base", f.backoff_base);
   o.backoff_cap = duration_flag("--backoff-cap", f.backoff_cap);
-  if (!f.timeout.empty()) o.timeout = duration_flag("--timeout", f.timeout);
+  o.timeout = duration_flag("--timeout", f.timeout);
   o.kill_after = duration_flag("--kill-after", f.kill_after);
-  if (!f.visibility_timeout.empty())
-    o.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
-  if (!f.rate.empty()) o.rate = rate_flag("--rate", f.rate);
+  o.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
+  if (f.rate) o.rate = rate_flag("--rate", *f.rate);
   o.idempotency_attribute = f.idempotency_key;
-  if (!f.idempotency_window.empty())
-    o.idempotency_window = duration_flag("--idempotency-window", f.idempotency_window);
+  o.idempotency_window = duration_flag("--idempotency-window", f.idempotency_window);
   o.grace = duration_flag("--grace", f.grace);
   o.exit_when_empty = f.exit_when_empty;
   o.max_messages = f.max_messages;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "broker.hpp"
@@ -29,9 +30,9 @@ int exit_code(q::ErrorKind kind);
 
 struct Context {
   // Global options.
-  std::string file;          // -f/--file, else $Q_FILE, else the default path
+  std::optional<std::string> file;  // -f/--file, else $Q_FILE, else the default path
   bool no_sync = false;      // --no-sync or Q_NO_SYNC=1
-  std::string lock_timeout;  // --lock-timeout, else $Q_LOCK_TIMEOUT, else 10s
+  std::optional<std::string> lock_timeout;  // --lock-timeout, else $Q_LOCK_TIMEOUT, else 10s
 
   // The command named on the command line; empty when there is none (help).
   std::string command;

@@ -24,6 +24,12 @@ q::Millis duration_flag(const std::string& flag, const std::string& text) {
   return *d;
 }
 
+std::optional<q::Millis> duration_flag(const std::string& flag,
+                                       const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  return duration_flag(flag, *text);
+}
+
 q::Millis time_flag(const std::string& flag, const std::string& text) {
   auto t = q::parse_time(text);
   if (!t)

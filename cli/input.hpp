@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ namespace cli {
 // Throw q::Error(Usage) naming `flag` when `text` is malformed.
 q::Millis duration_flag(const std::string& flag, const std::string& text);
 q::Millis time_flag(const std::string& flag, const std::string& text);
+// For optional flags: nullopt when the flag was not given; an empty value given
+// is malformed like any other.
+std::optional<q::Millis> duration_flag(const std::string& flag,
+                                       const std::optional<std::string>& text);
 
 // "50/s", "3000/m", "10/h", or a bare number per second; in messages per second.
 double rate_flag(const std::string& flag, const std::string& text);

@@ -24,6 +24,7 @@ void validate(const QueueConfig& c) {
     bad(fmt::format("--delay {}: must be between 0s and 12h", format_duration(c.delay)));
   if (c.max_size < 1 || c.max_size > kMaxMaxSize)
     bad(fmt::format("--max-size {}: must be between 1 and {} bytes", c.max_size, kMaxMaxSize));
+  if (c.content_dedup && !c.fifo) bad("--content-dedup: only FIFO queues (--fifo) have it");
   if (!(c.rate >= 0 && c.rate <= kMaxRate))
     bad(fmt::format("--rate {}: must be between 0 (no limit) and {:.0f} per second", c.rate,
                     kMaxRate));
@@ -41,6 +42,8 @@ QueueConfig apply(QueueConfig c, const ConfigChange& change) {
   if (change.max_size) c.max_size = *change.max_size;
   if (change.dedup_window) c.dedup_window = *change.dedup_window;
   if (change.rate) c.rate = *change.rate;
+  if (change.fifo) c.fifo = *change.fifo;
+  if (change.content_dedup) c.content_dedup = *change.content_dedup;
   return c;
 }
 

@@ -26,6 +26,7 @@ constexpr std::size_t kMaxAttributes = 64;
 constexpr std::size_t kMaxAttributeKey = 256;
 constexpr std::uint32_t kMaxMaxSize = 256u * 1024 * 1024;
 constexpr std::size_t kMaxIdempotencyKey = 256;
+constexpr std::size_t kMaxGroupId = 128;
 constexpr double kMaxRate = 1e6;
 
 struct QueueConfig {
@@ -39,6 +40,11 @@ struct QueueConfig {
   // Messages per second that all rate-limited consumers together may start
   // (`q work`); 0: no limit.
   double rate = 0;
+  // A FIFO queue delivers each message group in send order, one delivery of a
+  // group at a time. Fixed when the queue is created.
+  bool fifo = false;
+  // FIFO: without a --dedup-id, the SHA-256 of the body is the dedup id.
+  bool content_dedup = false;
 };
 
 // The settings a `create` or `config` names; unset fields stay as they are.
@@ -51,10 +57,12 @@ struct ConfigChange {
   std::optional<std::uint32_t> max_size;
   std::optional<Millis> dedup_window;
   std::optional<double> rate;
+  std::optional<bool> fifo;
+  std::optional<bool> content_dedup;
 
   bool empty() const {
     return !visibility_timeout && !max_receives && !retention && !delay && !max_depth &&
-           !max_size && !dedup_window && !rate;
+           !max_size && !dedup_window && !rate && !fifo && !content_dedup;
   }
 };
 
@@ -84,6 +92,9 @@ struct QueueStats {
   std::uint64_t dead = 0;
   // Age of the oldest message that is visible or in flight; none when there is none.
   std::optional<Millis> oldest_age;
+  // FIFO queues: groups with messages, and those held by a delivery in flight.
+  std::uint64_t groups = 0;
+  std::uint64_t held_groups = 0;
   QueueCounters counters;
 };
 
@@ -93,6 +104,7 @@ struct OutgoingMessage {
   std::string body;
   Attributes attributes;
   std::string dedup_id;  // empty: none
+  std::string group;     // FIFO queues: the message group (required there)
 };
 
 struct SendOptions {
@@ -123,6 +135,7 @@ struct Message {
   std::optional<Millis> dead_at;
   std::string reason;  // the last nack reason, or why it was dead-lettered
   std::string dedup_id;
+  std::string group;  // FIFO queues
 };
 
 struct ReceiveOptions {
@@ -132,6 +145,9 @@ struct ReceiveOptions {
   // Take from the queue's shared rate budget (QueueConfig::rate): at most as
   // many messages as it allows now; with `wait`, wait for the budget too.
   bool rate_limited = false;
+  // FIFO: at most one message of any group (for consumers that run messages
+  // concurrently and must not run two of one group at once).
+  bool one_per_group = false;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "records.hpp"
+#include "sha256.hpp"
 #include "timefmt.hpp"
 
 namespace q {
@@ -111,20 +112,21 @@ class QueueView {
     }
   }
 
-  // Due lease and delay entries may already have moved to `ready`.
-  void unlink(std::uint64_t seq, const Header& header) {
+  // Due lease and delay entries may already have moved to `ready`. Returns
+  // true when the message was in flight (its lease had not run out).
+  bool unlink(std::uint64_t seq, const Header& header) {
     auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
     if ((header.flags & Header::kLeased) && txn.del(db.leases, key)) {
       --rec.leased;
-      return;
+      return true;
     }
     if ((header.flags & Header::kDelayed) && txn.del(db.delayed, key)) {
       --rec.delayed;
-      return;
+      return false;
     }
     if (txn.del(db.ready, key)) {
       --rec.ready;
-      return;
+      return false;
     }
     corrupt(fmt::format("message {} is missing from the schedule index", store::message_id(seq)));
   }
@@ -140,19 +142,113 @@ class QueueView {
       }
     }
     for (const auto& key : due) {
+      // A FIFO message whose lease ran out no longer holds its group.
+      std::optional<GroupEdit> group;
+      if (from == db.leases && rec.config.fifo) {
+        auto header = find_header(db.messages, store::key_time_seq(key));
+        if (header) group.emplace(*this, header->group);
+      }
       txn.del(from, key);
       txn.put(db.ready, key, {});
+      if (group) {
+        group->left_flight();
+        group->done();
+      }
     }
     return due.size();
   }
 
+  // ---- FIFO message groups ----------------------------------------------------
+  // Every change to a group goes through a GroupEdit: it takes the group's head
+  // out of `heads` first (while no delivery of the group is in flight, its head
+  // is there, keyed by its visible time) and offers the head, maybe a new one,
+  // again when done. On a standard queue it does nothing.
+
+  class GroupEdit {
+   public:
+    GroupEdit(QueueView& view, std::string group) : v_(view), group_(std::move(group)) {
+      active_ = v_.rec.config.fifo;
+      if (!active_) return;
+      auto bytes = v_.txn.get(v_.db.groups, store::key_q_bytes(v_.rec.qid, group_));
+      if (bytes) {
+        auto decoded = store::decode_group(*bytes);
+        if (!decoded) v_.corrupt(fmt::format("the record of group {} is damaged", group_));
+        g_ = *decoded;
+      }
+      was_ = g_;
+      if (g_.messages > 0 && g_.in_flight == 0) v_.head_entry(group_, false);
+    }
+    void added(std::uint64_t seq) {
+      if (!active_) return;
+      v_.txn.put(v_.db.group_messages, group_key(seq), {});
+      ++g_.messages;
+    }
+    void removed(std::uint64_t seq) {
+      if (!active_) return;
+      v_.txn.del(v_.db.group_messages, group_key(seq));
+      --g_.messages;
+    }
+    void took_flight() { ++g_.in_flight; }
+    void left_flight() {
+      if (g_.in_flight > 0) --g_.in_flight;
+    }
+    void done() {
+      if (!active_) return;
+      auto key = store::key_q_bytes(v_.rec.qid, group_);
+      if (g_.messages == 0) {
+        v_.txn.del(v_.db.groups, key);
+      } else {
+        v_.txn.put(v_.db.groups, key, store::encode(g_));
+        if (g_.in_flight == 0) v_.head_entry(group_, true);
+      }
+      v_.rec.groups += (g_.messages > 0) - (was_.messages > 0);
+      v_.rec.held_groups += (g_.in_flight > 0) - (was_.in_flight > 0);
+      active_ = false;
+    }
+
+   private:
+    std::string group_key(std::uint64_t seq) const {
+      std::string k = store::key_group_prefix(v_.rec.qid, group_);
+      k += store::key_seq(seq);
+      return k;
+    }
+    QueueView& v_;
+    std::string group_;
+    store::GroupRecord g_, was_;
+    bool active_ = false;
+  };
+
+  // Puts the group's head into `heads` (offer) or takes it out.
+  void head_entry(const std::string& group, bool offer) {
+    auto group_prefix = store::key_group_prefix(rec.qid, group);
+    std::uint64_t seq;
+    {
+      Cursor c(txn, db.group_messages);
+      if (!c.seek(group_prefix) || !c.has_prefix(group_prefix))
+        corrupt(fmt::format("group {} has no messages in its index", group));
+      seq = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
+    }
+    auto header = find_header(db.messages, seq);
+    if (!header) corrupt(fmt::format("group {} lists a missing message", group));
+    auto key = store::key_q_time_seq(rec.qid, header->visible_at, seq);
+    if (offer)
+      txn.put(db.heads, key, group);
+    else
+      txn.del(db.heads, key);
+  }
+
   // ---- removal --------------------------------------------------------------
 
-  void remove_live(std::uint64_t seq, const Header& header) {
-    unlink(seq, header);
+  // `open` is the caller's edit of the message's group, when it has one.
+  void remove_live(std::uint64_t seq, const Header& header, GroupEdit* open = nullptr) {
+    std::optional<GroupEdit> own;
+    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
+    if (unlink(seq, header)) group.left_flight();
+    group.removed(seq);
     txn.del(db.messages, store::key_q_seq(rec.qid, seq));
     txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
     txn.del(db.bodies, store::key_seq(seq));
+    if (own) own->done();
   }
 
   // Takes a dead letter out of the dead-letter queue; its body stays.
@@ -167,8 +263,13 @@ class QueueView {
     txn.del(db.bodies, store::key_seq(seq));
   }
 
-  void dead_letter(std::uint64_t seq, Header header, std::string reason) {
-    unlink(seq, header);
+  void dead_letter(std::uint64_t seq, Header header, std::string reason,
+                   GroupEdit* open = nullptr) {
+    std::optional<GroupEdit> own;
+    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
+    if (unlink(seq, header)) group.left_flight();
+    group.removed(seq);
+    if (own) own->done();
     txn.del(db.messages, store::key_q_seq(rec.qid, seq));
     txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
     header.flags = 0;
@@ -384,6 +485,7 @@ Message to_message(std::uint64_t seq, const Header& h, store::Body body, Message
   m.body = std::move(body.body);
   m.attributes = std::move(body.attributes);
   m.dedup_id = std::move(body.dedup_id);
+  m.group = h.group;
   m.receive_count = h.receive_count;
   m.state = state;
   m.sent_at = h.sent_at;
@@ -401,13 +503,14 @@ MessageState state_of(const Header& h, Millis now) {
   return MessageState::Delayed;
 }
 
-// Wakes a long-polling receiver when any process commits to the file: LMDB
-// writes the data file on every commit, and inotify sees writes by all processes.
+// Wakes a long-polling receiver when any process has committed to the file:
+// every q writer touches the file's times once its commit is visible to
+// readers (Env::announce_commit), and inotify sees that from every process.
 class FileWatch final : public ChangeWatch {
  public:
   explicit FileWatch(const std::string& path) {
     fd_ = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (fd_ >= 0 && inotify_add_watch(fd_, path.c_str(), IN_MODIFY) < 0) {
+    if (fd_ >= 0 && inotify_add_watch(fd_, path.c_str(), IN_ATTRIB) < 0) {
       ::close(fd_);
       fd_ = -1;
     }
@@ -479,6 +582,12 @@ class LmdbBroker final : public Broker {
     }
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
+    if (change.fifo && *change.fifo != view.rec.config.fifo)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("queue {}: is a {} queue, and a queue's kind cannot change; create "
+                              "a new queue{} and move the messages",
+                              queue, view.rec.config.fifo ? "FIFO" : "standard",
+                              view.rec.config.fifo ? "" : " with --fifo"));
     QueueConfig config = apply(view.rec.config, change);
     validate(config);
     view.rec.config = config;
@@ -493,7 +602,8 @@ class LmdbBroker final : public Broker {
     RemovedCounts removed;
     removed.messages = purge_live(view);
     removed.dead_letters = purge_dead(view);
-    for (MDB_dbi dbi : {db().dedup, db().dedup_expiry, db().done, db().done_expiry}) {
+    for (MDB_dbi dbi : {db().dedup, db().dedup_expiry, db().done, db().done_expiry, db().groups,
+                        db().group_messages, db().heads}) {
       for (const auto& key : keys_with_prefix(txn, dbi, view.prefix)) txn.del(dbi, key);
     }
     txn.del(db().queues, queue);
@@ -525,6 +635,10 @@ class LmdbBroker final : public Broker {
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
     view.maintain();
     const auto& config = view.rec.config;
+    check_groups(queue, config, messages, options);
+    if (config.content_dedup)
+      for (auto& m : messages)
+        if (m.dedup_id.empty()) m.dedup_id = sha256_hex(m.body);
 
     Millis visible_at = view.now + config.delay;
     if (options.delay) visible_at = view.now + *options.delay;
@@ -582,8 +696,12 @@ class LmdbBroker final : public Broker {
       header.visible_at = visible_at;
       header.available_at = visible_at;
       header.flags = visible_at > view.now ? Header::kDelayed : 0;
+      header.group = m.group;
+      QueueView::GroupEdit group(view, m.group);
       view.put_header(db().messages, seq, header);
       view.link(seq, header);
+      group.added(seq);
+      group.done();
       txn.put(db().age, store::key_q_time_seq(view.rec.qid, visible_at, seq), {});
       if (!m.dedup_id.empty()) {
         view.remember_dedup(m.dedup_id, seq);
@@ -630,11 +748,13 @@ class LmdbBroker final : public Broker {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     Millis earliest = INT64_MAX;
-    {
+    // A FIFO queue delivers group heads; a lease running out frees a group.
+    const bool fifo = view.rec.config.fifo;
+    if (!fifo) {
       Cursor c(txn, db().ready);
       if (c.seek(view.prefix) && c.has_prefix(view.prefix)) earliest = INT64_MIN;
     }
-    for (MDB_dbi dbi : {db().delayed, db().leases}) {
+    for (MDB_dbi dbi : {fifo ? db().heads : db().delayed, db().leases}) {
       Cursor c(txn, dbi);
       if (c.seek(view.prefix) && c.has_prefix(view.prefix))
         earliest = std::min(earliest, store::key_time(c.key()));
@@ -733,11 +853,14 @@ class LmdbBroker final : public Broker {
                   fmt::format("receipt {}: cannot extend to {}: a message may be held at most "
                               "12h after its receive (until {})",
                               receipt, format_time(until), format_time(limit)));
-    view.unlink(seq, header);
+    QueueView::GroupEdit group(view, header.group);
+    // A lease that ran out but was not redelivered is taken up again.
+    if (!view.unlink(seq, header)) group.took_flight();
     header.visible_at = until;
     header.flags = Header::kLeased;
     view.link(seq, header);
     view.put_header(db().messages, seq, header);
+    group.done();
     view.save();
     txn.commit();
     return until;
@@ -761,13 +884,15 @@ class LmdbBroker final : public Broker {
       double unit = static_cast<double>(random_() >> 11) * 0x1.0p-53;
       delay = backoff_delay(options.backoff_base, options.backoff_cap, header.receive_count, unit);
     }
-    view.unlink(seq, header);
+    QueueView::GroupEdit group(view, header.group);
+    if (view.unlink(seq, header)) group.left_flight();
     header.visible_at = view.now + delay;
     header.flags = delay > 0 ? Header::kDelayed : 0;
     header.nonce = 0;  // the receipt is spent
     if (!options.reason.empty()) header.reason = options.reason;
     view.link(seq, header);
     view.put_header(db().messages, seq, header);
+    group.done();
     ++view.rec.counters.nacked;
     view.save();
     txn.commit();
@@ -882,8 +1007,13 @@ class LmdbBroker final : public Broker {
       live.sent_at = header.sent_at;
       live.visible_at = view.now;
       live.available_at = view.now;
+      live.group = header.group;
+      // A FIFO message goes back into its group at its place in send order.
+      QueueView::GroupEdit group(view, live.group);
       view.put_header(db().messages, seq, live);
       view.link(seq, live);
+      group.added(seq);
+      group.done();
       txn.put(db().age, store::key_q_time_seq(view.rec.qid, view.now, seq), {});
       ++view.rec.counters.redriven;
     }
@@ -939,6 +1069,13 @@ class LmdbBroker final : public Broker {
     differs("--max-size", change.max_size, have.max_size, num);
     differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
     differs("--rate", change.rate, have.rate, [](double v) { return fmt::format("{}/s", v); });
+    if (change.fifo && *change.fifo != have.fifo)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("queue {}: already exists as a {} queue, and a queue's kind cannot "
+                              "change",
+                              queue, have.fifo ? "FIFO" : "standard"));
+    auto flag = [](bool v) { return v ? "on" : "off"; };
+    differs("--content-dedup", change.content_dedup, have.content_dedup, flag);
   }
 
   static void check_idempotency_key(const std::string& key) {
@@ -958,6 +1095,33 @@ class LmdbBroker final : public Broker {
     }
     view.txn.put(db().done, done_key, {reinterpret_cast<const char*>(&expires), 8});
     view.txn.put(db().done_expiry, store::key_q_time_bytes(view.rec.qid, expires, key), {});
+  }
+
+  static void check_groups(const std::string& queue, const QueueConfig& config,
+                           const std::vector<OutgoingMessage>& messages,
+                           const SendOptions& options) {
+    for (const auto& m : messages) {
+      if (!config.fifo && !m.group.empty())
+        throw Error(ErrorKind::Usage,
+                    fmt::format("queue {}: --group applies to FIFO queues only (this one is "
+                                "standard)",
+                                queue));
+      if (config.fifo && m.group.empty())
+        throw Error(ErrorKind::Usage,
+                    fmt::format("queue {}: is a FIFO queue: every message needs --group ID", queue));
+      if (m.group.size() > kMaxGroupId ||
+          !std::all_of(m.group.begin(), m.group.end(),
+                       [](unsigned char c) { return c > 0x20 && c < 0x7F; }))
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("--group '{}': use 1 to {} printable ASCII characters, no spaces",
+                                m.group, kMaxGroupId));
+    }
+    if (config.fifo && (options.delay || options.at))
+      throw Error(ErrorKind::Usage,
+                  fmt::format("queue {}: a FIFO queue delivers each group in send order, so one "
+                              "message cannot be delayed on its own (as in SQS); set the queue's "
+                              "--delay instead",
+                              queue));
   }
 
   void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
@@ -1067,6 +1231,8 @@ class LmdbBroker final : public Broker {
     s.in_flight = rec.leased - leases_due;
     s.delayed = rec.delayed - delays_due;
     s.dead = rec.dead;
+    s.groups = rec.groups;
+    s.held_groups = rec.held_groups;
     Cursor age(txn, db().age);
     if (age.seek(prefix) && age.has_prefix(prefix)) {
       Millis available = store::key_time(age.key());
@@ -1085,40 +1251,80 @@ class LmdbBroker final : public Broker {
     std::uint64_t budget = options.rate_limited ? view.rate_allows() : UINT64_MAX;
     std::uint64_t want = std::min<std::uint64_t>(options.max_messages, budget);
     std::vector<Message> out;
-    while (out.size() < want) {
-      std::uint64_t seq;
-      {
-        Cursor c(txn, db().ready);
-        if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
-        seq = store::key_time_seq(c.key());
-      }
-      auto header = view.find_header(db().messages, seq);
-      if (!header)
-        view.corrupt(fmt::format("message {} is in the ready index but has no record",
-                                 store::message_id(seq)));
-      if (config.max_receives != 0 && header->receive_count >= config.max_receives) {
+    // Delivers `seq` unless it has used up its receives; false when it went to
+    // the dead-letter queue instead.
+    auto deliver = [&](std::uint64_t seq, Header header, QueueView::GroupEdit* group) {
+      if (config.max_receives != 0 && header.receive_count >= config.max_receives) {
         std::string reason =
-            header->reason.empty()
-                ? fmt::format("not acknowledged after {} receives", header->receive_count)
-                : header->reason;
-        view.dead_letter(seq, std::move(*header), std::move(reason));
-        continue;
+            header.reason.empty()
+                ? fmt::format("not acknowledged after {} receives", header.receive_count)
+                : header.reason;
+        view.dead_letter(seq, std::move(header), std::move(reason), group);
+        return false;
       }
-      view.unlink(seq, *header);
-      header->receive_count += 1;
+      view.unlink(seq, header);
+      header.receive_count += 1;
       std::uint64_t nonce;
       do nonce = random_(); while (nonce == 0);
-      header->nonce = nonce;
-      if (!header->first_received_at) header->first_received_at = view.now;
-      header->last_received_at = view.now;
-      header->visible_at = view.now + timeout;
-      header->flags = Header::kLeased;
-      view.link(seq, *header);
-      view.put_header(db().messages, seq, *header);
+      header.nonce = nonce;
+      if (!header.first_received_at) header.first_received_at = view.now;
+      header.last_received_at = view.now;
+      header.visible_at = view.now + timeout;
+      header.flags = Header::kLeased;
+      view.link(seq, header);
+      view.put_header(db().messages, seq, header);
+      if (group) group->took_flight();
       ++view.rec.counters.received;
-      Message m = to_message(seq, *header, view.body(seq), MessageState::InFlight);
+      Message m = to_message(seq, header, view.body(seq), MessageState::InFlight);
       m.receipt = store::receipt(seq, nonce);
       out.push_back(std::move(m));
+      return true;
+    };
+    auto must_header = [&](std::uint64_t seq) {
+      auto header = view.find_header(db().messages, seq);
+      if (!header)
+        view.corrupt(fmt::format("message {} is indexed but has no record", store::message_id(seq)));
+      return std::move(*header);
+    };
+
+    if (!config.fifo) {
+      while (out.size() < want) {
+        std::uint64_t seq;
+        {
+          Cursor c(txn, db().ready);
+          if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
+          seq = store::key_time_seq(c.key());
+        }
+        deliver(seq, must_header(seq), nullptr);
+      }
+    }
+    // FIFO: the oldest visible head among the groups not held, then the
+    // messages after it in its group, in order, while they are visible.
+    while (config.fifo && out.size() < want) {
+      std::string group_id;
+      {
+        Cursor c(txn, db().heads);
+        if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
+        if (store::key_time(c.key()) > view.now) break;
+        group_id = std::string(c.value());
+      }
+      QueueView::GroupEdit group(view, group_id);
+      auto group_prefix = store::key_group_prefix(view.rec.qid, group_id);
+      std::uint64_t next = 0;
+      for (;;) {
+        std::uint64_t seq;
+        {
+          Cursor c(txn, db().group_messages);
+          if (!c.seek(group_prefix + store::key_seq(next)) || !c.has_prefix(group_prefix)) break;
+          seq = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
+        }
+        next = seq + 1;
+        Header header = must_header(seq);
+        if (header.visible_at > view.now) break;
+        if (!deliver(seq, std::move(header), &group)) continue;
+        if (options.one_per_group || out.size() >= want) break;
+      }
+      group.done();
     }
     if (options.rate_limited) view.rate_take(out.size());
     view.save();

@@ -24,7 +24,7 @@ namespace {
 // processes have open.
 constexpr std::size_t kMapSize = std::size_t{1} << 40;  // 1 TiB
 constexpr unsigned kMaxReaders = 1022;
-constexpr unsigned kMaxDatabases = 16;
+constexpr unsigned kMaxDatabases = 24;
 constexpr std::uint32_t kLmdbMagic = 0xBEEFC0DE;
 
 std::string errno_text(int err) { return std::strerror(err); }
@@ -182,6 +182,8 @@ void Env::init_databases(bool may_initialize) {
       {&db_.dead, "dead"},         {&db_.dead_expiry, "dead-expiry"},
       {&db_.dedup, "dedup"},       {&db_.dedup_expiry, "dedup-expiry"},
       {&db_.done, "done"},         {&db_.done_expiry, "done-expiry"},
+      {&db_.groups, "groups"},     {&db_.group_messages, "group-messages"},
+      {&db_.heads, "heads"},
   };
   auto not_ours = [&] {
     return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "
@@ -256,6 +258,12 @@ void Env::lock_writer() {
 
 void Env::unlock_writer() { flock(fd_, LOCK_UN); }
 
+// LMDB's own writes reach the file before readers can see the transaction (the
+// reader table is updated after the last write), so a watcher woken by them
+// could look too early. Touching the file's times once the commit is visible
+// gives watchers (IN_ATTRIB) an event they can trust.
+void Env::announce_commit() { futimens(fd_, nullptr); }
+
 void Env::fail(int rc, const std::string& doing) const {
   const std::string& path = options_.path;
   switch (rc) {
@@ -315,6 +323,7 @@ void Txn::commit() {
   int rc = mdb_txn_commit(txn_);
   txn_ = nullptr;
   if (locked_) {
+    if (rc == 0) env_.announce_commit();
     env_.unlock_writer();
     locked_ = false;
   }

@@ -29,7 +29,7 @@ struct OpenOptions {
 
 struct Databases {
   MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry,
-      dedup, dedup_expiry, done, done_expiry;
+      dedup, dedup_expiry, done, done_expiry, groups, group_messages, heads;
 };
 
 class Env {
@@ -50,6 +50,8 @@ class Env {
   // forever, even for a stopped process).
   void lock_writer();
   void unlock_writer();
+  // Tells processes watching the file (inotify IN_ATTRIB) that a commit is visible.
+  void announce_commit();
 
   [[noreturn]] void fail(int rc, const std::string& doing) const;
 

@@ -281,6 +281,7 @@ std::string encode(const Header& h) {
   w.i64(h.dead_at);
   w.u64(h.nonce);
   w.str(h.reason);
+  w.str(h.group);
   return w.seal();
 }
 
@@ -298,6 +299,7 @@ std::optional<Header> decode_header(std::string_view bytes) {
   h.dead_at = r.i64();
   h.nonce = r.u64();
   h.reason = r.str();
+  h.group = r.str();
   if (!r.done()) return std::nullopt;
   return h;
 }
@@ -350,6 +352,9 @@ std::string encode(const QueueRecord& q) {
   std::memcpy(&rate_bits, &q.config.rate, 8);
   w.u64(rate_bits);
   w.i64(q.rate_tat_us);
+  w.u8(static_cast<std::uint8_t>((q.config.fifo ? 1 : 0) | (q.config.content_dedup ? 2 : 0)));
+  w.u64(q.groups);
+  w.u64(q.held_groups);
   const auto& c = q.counters;
   for (auto v : {c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
                  c.deduplicated})
@@ -377,6 +382,11 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   std::uint64_t rate_bits = r.u64();
   std::memcpy(&q.config.rate, &rate_bits, 8);
   q.rate_tat_us = r.i64();
+  std::uint8_t kind = r.u8();
+  q.config.fifo = kind & 1;
+  q.config.content_dedup = kind & 2;
+  q.groups = r.u64();
+  q.held_groups = r.u64();
   auto& c = q.counters;
   for (auto* v : {&c.sent, &c.received, &c.acked, &c.nacked, &c.dead_lettered, &c.redriven,
                   &c.expired, &c.deduplicated})
@@ -387,6 +397,30 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   q.dead = r.u64();
   if (!r.done()) return std::nullopt;
   return q;
+}
+
+std::string encode(const GroupRecord& g) {
+  Writer w;
+  w.begin();
+  w.u64(g.messages);
+  w.u64(g.in_flight);
+  return w.seal();
+}
+
+std::optional<GroupRecord> decode_group(std::string_view bytes) {
+  Reader r(bytes);
+  GroupRecord g;
+  g.messages = r.u64();
+  g.in_flight = r.u64();
+  if (!r.done()) return std::nullopt;
+  return g;
+}
+
+std::string key_group_prefix(std::uint32_t qid, std::string_view group) {
+  std::string k = key_q(qid);
+  k.push_back(static_cast<char>(group.size()));
+  k.append(group);
+  return k;
 }
 
 }  // namespace q::store

@@ -62,6 +62,7 @@ struct Header {
   Millis dead_at = 0;
   std::uint64_t nonce = 0;  // of the current receipt; 0: no valid receipt
   std::string reason;
+  std::string group;  // FIFO queues
 };
 std::string encode(const Header& header);
 // nullopt when the checksum or layout is wrong.
@@ -89,7 +90,20 @@ struct QueueRecord {
   // Shared rate limit (GCRA): the theoretical time, in microseconds, at which
   // the next start would conform.
   std::int64_t rate_tat_us = 0;
+  std::uint64_t groups = 0;       // FIFO: groups with messages
+  std::uint64_t held_groups = 0;  // FIFO: groups with a delivery in flight
 };
+
+// A FIFO message group: how many live messages it has and how many of them are
+// in flight (while any is, the group is held).
+struct GroupRecord {
+  std::uint64_t messages = 0;
+  std::uint64_t in_flight = 0;
+};
+std::string encode(const GroupRecord& record);
+std::optional<GroupRecord> decode_group(std::string_view bytes);
+// (qid, group length, group, seq): a group's messages in send order.
+std::string key_group_prefix(std::uint32_t qid, std::string_view group);
 std::string encode(const QueueRecord& record);
 std::optional<QueueRecord> decode_queue(std::string_view bytes);
 

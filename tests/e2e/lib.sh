@@ -1,0 +1,197 @@
+# Helpers for the end-to-end tests. Each test script does:
+#
+#   source "$(dirname "$0")/lib.sh" "$@"     # $1: path to the q binary
+#
+# and gets:
+#   $Q        absolute path of the q binary
+#   $T        a fresh temporary directory, removed on exit
+#   $Q_FILE   exported, a queue file inside $T (not created yet)
+#   fail MSG              record a failure (the test goes on, and exits 1 at the end)
+#   die MSG               record a failure and stop now
+#   run CMD...            run CMD; sets RC, OUT, ERR (OUT/ERR without trailing newlines;
+#                         the exact bytes stay in $T/out and $T/err)
+#   assert_eq WANT GOT MSG
+#   assert_exit CODE CMD...   run CMD (as `run`) and check its exit code
+#   assert_contains HAYSTACK NEEDLE MSG
+#   assert_match REGEX STRING MSG
+#   now_ms                milliseconds since the epoch
+#
+# Assertions print the command, its exit code, stdout and stderr when they fail,
+# so a failure report is enough to see what q did.
+
+set -u
+set -o pipefail
+
+if [[ $# -lt 1 || -z ${1:-} ]]; then
+  echo "usage: $0 PATH_TO_q" >&2
+  exit 2
+fi
+if [[ ! -x $1 ]]; then
+  echo "$0: '$1' is not an executable q binary" >&2
+  exit 2
+fi
+Q=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+TEST_NAME=$(basename "$0" .sh)
+
+command -v jq >/dev/null || { echo "$TEST_NAME: jq is required" >&2; exit 2; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/q-e2e-$TEST_NAME.XXXXXX") || exit 2
+# Failures are counted in a file so that assertions made in subshells count too.
+_FAILS=$T/.failures
+: >"$_FAILS"
+
+_cleanup() {
+  local rc=$?
+  # Stop background processes this test started (only our own children).
+  local pids
+  pids=$(jobs -pr 2>/dev/null)
+  if [[ -n $pids ]]; then
+    kill $pids 2>/dev/null
+    wait 2>/dev/null
+  fi
+  local n=0
+  [[ -s $_FAILS ]] && n=$(wc -l <"$_FAILS")
+  rm -rf "$T"
+  if ((n > 0)); then
+    echo "$TEST_NAME: $n assertion(s) FAILED" >&2
+    exit 1
+  fi
+  if ((rc != 0)); then
+    echo "$TEST_NAME: FAILED (exit $rc)" >&2
+    exit "$rc"
+  fi
+  echo "$TEST_NAME: ok"
+  exit 0
+}
+trap _cleanup EXIT
+
+# A clean environment: only the variables a test sets itself.
+unset Q_NO_SYNC Q_LOCK_TIMEOUT XDG_DATA_HOME
+export HOME=$T/home
+mkdir -p "$HOME"
+export Q_FILE=$T/test.q
+export LC_ALL=C
+
+fail() {
+  echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: $*" >&2
+  echo "$*" >>"$_FAILS"
+}
+
+die() {
+  fail "$@"
+  exit 1
+}
+
+# Shows what the last `run` did, for failure messages.
+_last_run() {
+  printf '    command: %s\n    exit: %s\n    stdout: %s\n    stderr: %s\n' \
+    "${RUN_CMD:-}" "${RC:-}" "$(head -c 2000 "$T/out" 2>/dev/null)" \
+    "$(head -c 2000 "$T/err" 2>/dev/null)"
+}
+
+run() {
+  RUN_CMD=$(printf '%q ' "$@")
+  "$@" >"$T/out" 2>"$T/err"
+  RC=$?
+  OUT=$(<"$T/out")
+  ERR=$(<"$T/err")
+  return 0
+}
+
+# Like run, with standard input from a string (printf %b is NOT applied).
+run_in() {
+  local input=$1
+  shift
+  RUN_CMD="printf %s $(printf '%q' "$input") | $(printf '%q ' "$@")"
+  printf '%s' "$input" | "$@" >"$T/out" 2>"$T/err"
+  RC=$?
+  OUT=$(<"$T/out")
+  ERR=$(<"$T/err")
+  return 0
+}
+
+assert_eq() {
+  local want=$1 got=$2 msg=${3:-}
+  if [[ $want != "$got" ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: $msg" >&2
+    printf '    expected: %q\n    got:      %q\n' "$want" "$got" >&2
+    echo "$msg" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+assert_exit() {
+  local want=$1
+  shift
+  run "$@"
+  if [[ $RC != "$want" ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: expected exit $want from: $RUN_CMD" >&2
+    _last_run >&2
+    echo "exit $RC != $want: $RUN_CMD" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+# assert_exit_in CODE INPUT CMD...: like assert_exit with stdin from INPUT.
+assert_exit_in() {
+  local want=$1 input=$2
+  shift 2
+  run_in "$input" "$@"
+  if [[ $RC != "$want" ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: expected exit $want from: $RUN_CMD" >&2
+    _last_run >&2
+    echo "exit $RC != $want: $RUN_CMD" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+assert_contains() {
+  local haystack=$1 needle=$2 msg=${3:-}
+  if [[ $haystack != *"$needle"* ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: $msg" >&2
+    printf '    expected to contain: %q\n    got: %q\n' "$needle" "$haystack" >&2
+    echo "$msg" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+assert_not_contains() {
+  local haystack=$1 needle=$2 msg=${3:-}
+  if [[ $haystack == *"$needle"* ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: $msg" >&2
+    printf '    expected NOT to contain: %q\n    got: %q\n' "$needle" "$haystack" >&2
+    echo "$msg" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+assert_match() {
+  local regex=$1 string=$2 msg=${3:-}
+  if ! [[ $string =~ $regex ]]; then
+    echo "FAIL [$TEST_NAME:${BASH_LINENO[0]}]: $msg" >&2
+    printf '    expected to match: %s\n    got: %q\n' "$regex" "$string" >&2
+    echo "$msg" >>"$_FAILS"
+    return 1
+  fi
+  return 0
+}
+
+# The stats of one queue as JSON (one line); dies when q cannot give them.
+stats_json() {
+  local out
+  out=$("$Q" stats "$1" --json) || die "q stats $1 --json failed"
+  [[ -n $out ]] || die "q stats $1 --json printed nothing"
+  printf '%s\n' "$out"
+}
+
+# stat_field QUEUE FIELD: one field of `q stats QUEUE --json`.
+stat_field() {
+  stats_json "$1" | jq -r ".$2"
+}
+
+now_ms() { date +%s%3N; }

@@ -1,0 +1,165 @@
+# q work: the consumer runner, with real processes and short timeouts.
+source "$(dirname "$0")/lib.sh" "$@"
+
+"$Q" create jobs --visibility-timeout 1s --max-receives 10 || die "create"
+
+# ---- what the command gets ------------------------------------------------------
+cat >"$T/show.sh" <<'EOF'
+#!/bin/sh
+{
+  printf 'args=%s|%s\n' "$1" "$2"
+  printf 'queue=%s id=%s count=%s\n' "$Q_QUEUE" "$Q_MESSAGE_ID" "$Q_RECEIVE_COUNT"
+  printf 'receipt=%s\nsent=%s\nattr=%s\nfile=%s\n' "$Q_RECEIPT" "$Q_SENT_AT" "$Q_ATTR_MY_KEY" "$Q_FILE"
+  printf 'body='; cat; printf '|\n'
+} >>"$OUT_LOG"
+EOF
+chmod +x "$T/show.sh"
+export OUT_LOG=$T/show.log
+id=$(printf 'line one\nline two\n' | "$Q" send jobs --attr my-key=v1) || die "send"
+assert_exit 0 "$Q" work jobs --exit-when-empty -q -- "$T/show.sh" '{}' 'a b'
+log=$(<"$OUT_LOG")
+assert_contains "$log" "args={}|a b" "arguments pass as given, {} is not special"
+assert_contains "$log" "queue=jobs id=$id count=1" "Q_QUEUE, Q_MESSAGE_ID, Q_RECEIVE_COUNT"
+assert_match "receipt=$id\.[0-9a-f]{16}" "$log" "Q_RECEIPT"
+assert_match "sent=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z" "$log" "Q_SENT_AT"
+assert_contains "$log" "attr=v1" "attribute my-key as Q_ATTR_MY_KEY"
+assert_contains "$log" "file=$Q_FILE" "Q_FILE"
+assert_contains "$log" $'body=line one\nline two\n|' "body on stdin, verbatim"
+assert_eq 0 "$(stat_field jobs visible)" "acked after exit 0"
+assert_eq 1 "$(stat_field jobs acked)" "acked after exit 0"
+
+# ---- failing twice, then succeeding: retried with backoff, then acked -------------
+cat >"$T/flaky.sh" <<'EOF'
+#!/bin/sh
+date +%s%3N >>"$T/flaky.times"
+if [ "$Q_RECEIVE_COUNT" -lt 3 ]; then echo "smtp 451 try $Q_RECEIVE_COUNT" >&2; exit 3; fi
+EOF
+chmod +x "$T/flaky.sh"
+export T
+"$Q" send jobs flaky >/dev/null
+assert_exit 4 "$Q" work jobs --backoff-base 300ms --max-messages 3 -- "$T/flaky.sh"
+assert_contains "$ERR" "smtp 451 try 1" "the command's stderr passes through"
+assert_contains "$ERR" "failed (exit status 3)" "failures are noted"
+assert_eq 3 "$(wc -l <"$T/flaky.times")" "three attempts"
+mapfile -t times <"$T/flaky.times"
+gap1=$((times[1] - times[0]))
+gap2=$((times[2] - times[1]))
+# Full jitter: the n-th retry waits up to base * 2^(n-1) (300 ms, then 600 ms).
+((gap1 <= 300 + 400)) || fail "first retry after ${gap1} ms, over its 300 ms ceiling"
+((gap2 <= 600 + 400)) || fail "second retry after ${gap2} ms, over its 600 ms ceiling"
+assert_eq 2 "$(stat_field jobs acked)" "acked once it succeeded"
+assert_eq 2 "$(stat_field jobs nacked)" "two releases"
+
+# ---- exit 65 dead-letters at once, with the reason ----------------------------------
+"$Q" send jobs poison >/dev/null
+assert_exit 4 "$Q" work jobs --exit-when-empty -q -- sh -c 'echo "cannot parse order" >&2; exit 65'
+run "$Q" dlq list jobs --json
+assert_eq 1 "$(jq -r .receive_count <<<"$OUT")" "dead-lettered on the first try"
+assert_contains "$(jq -r .reason <<<"$OUT")" "exit status 65: cannot parse order" "reason: status and stderr"
+"$Q" dlq purge jobs >/dev/null
+
+# ---- a signal is a failure; --timeout kills ---------------------------------------
+"$Q" send jobs slowpoke >/dev/null
+start=$(now_ms)
+assert_exit 4 "$Q" work jobs --timeout 300ms --kill-after 200ms --max-messages 1 -q -- sh -c 'trap "" TERM; sleep 5'
+elapsed=$(($(now_ms) - start))
+((elapsed < 3000)) || fail "a command past --timeout was not killed (took ${elapsed} ms)"
+run "$Q" dlq list jobs --json
+assert_eq "" "$OUT" "a timeout is a failure to retry, not a dead letter"
+assert_eq 1 "$(($(stat_field jobs visible) + $(stat_field jobs delayed)))" "released for a retry"
+"$Q" purge jobs >/dev/null
+
+# ---- heartbeat: a command outliving the visibility timeout runs once -----------------
+: >"$T/runs"
+"$Q" send jobs long >/dev/null
+"$Q" work jobs --max-messages 1 -q -- sh -c 'echo A >>"$T/runs"; sleep 2.5' &
+a=$!
+sleep 0.3
+timeout -s INT 3 "$Q" work jobs -q -- sh -c 'echo B >>"$T/runs"'
+wait $a || fail "the first runner failed"
+assert_eq "A" "$(cat "$T/runs")" "the message ran once, the heartbeat kept the lease"
+assert_eq 0 "$(($(stat_field jobs visible) + $(stat_field jobs in_flight)))" "and was acked"
+"$Q" purge jobs >/dev/null
+
+# ---- a runner killed with SIGKILL: the message comes back to another runner ----------
+: >"$T/runs"
+"$Q" send jobs orphan >/dev/null
+"$Q" work jobs -q -- sh -c 'echo "first $Q_RECEIVE_COUNT" >>"$T/runs"; exec sleep 30' &
+victim=$!
+for _ in $(seq 50); do [[ -s $T/runs ]] && break; sleep 0.1; done
+kill -KILL $victim
+wait $victim 2>/dev/null
+start=$(now_ms)
+assert_exit 0 "$Q" work jobs --max-messages 1 -q -- sh -c 'echo "second $Q_RECEIVE_COUNT" >>"$T/runs"'
+assert_eq $'first 1\nsecond 2' "$(cat "$T/runs")" "redelivered to the next runner"
+(($(now_ms) - start < 5000)) || fail "redelivery took too long"
+
+# ---- SIGTERM: running commands finish, the rest are released at once ------------------
+for i in 1 2 3; do "$Q" send jobs "stop-$i" >/dev/null; done
+: >"$T/runs"
+"$Q" work jobs --grace 5s -q -- sh -c 'echo "start $Q_MESSAGE_ID" >>"$T/runs"; sleep 0.6; echo "end" >>"$T/runs"' &
+w=$!
+for _ in $(seq 50); do [[ -s $T/runs ]] && break; sleep 0.05; done
+kill -TERM $w
+wait $w
+assert_eq 0 $? "graceful stop exits 0"
+assert_eq "start end" "$(awk '{print $1}' "$T/runs" | tr '\n' ' ' | sed 's/ $//')" "the running command finished, no new one started"
+assert_eq 2 "$(stat_field jobs visible)" "the others are still visible"
+assert_eq 0 "$(stat_field jobs in_flight)" "nothing left in flight"
+
+# Past --grace the unfinished are released at once (not after the timeout).
+"$Q" config jobs --visibility-timeout 1m >/dev/null
+"$Q" purge jobs >/dev/null
+"$Q" send jobs stubborn >/dev/null
+: >"$T/runs"
+"$Q" work jobs --grace 300ms -q -- sh -c 'echo started >>"$T/runs"; sleep 20' &
+w=$!
+for _ in $(seq 50); do [[ -s $T/runs ]] && break; sleep 0.05; done
+kill -TERM $w
+wait $w
+assert_eq 0 $? "exit 0 after releasing"
+assert_eq 1 "$(stat_field jobs visible)" "released: visible again at once"
+"$Q" config jobs --visibility-timeout 1s >/dev/null
+"$Q" purge jobs >/dev/null
+
+# ---- idempotency keys ----------------------------------------------------------------
+: >"$T/runs"
+"$Q" send jobs --attr order=A1 "first A1" >/dev/null
+assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -q -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
+"$Q" send jobs --attr order=A1 "repeat A1" >/dev/null
+"$Q" send jobs --attr order=B2 "B2" >/dev/null
+assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
+assert_contains "$ERR" "1 skipped repeats" "the repeat is counted as skipped"
+assert_eq $'first A1\nB2' "$(cat "$T/runs")" "a repeated key is acked without running"
+assert_eq 0 "$(stat_field jobs visible)" "the repeat was acked"
+
+# ---- cron mode and usage errors --------------------------------------------------------
+assert_exit 0 "$Q" work jobs --exit-when-empty -q -- true
+for i in 1 2 3; do "$Q" send jobs "m$i" >/dev/null; done
+assert_exit 0 "$Q" work jobs --max-messages 2 -q -- true
+assert_eq 1 "$(stat_field jobs visible)" "--max-messages stops after N"
+assert_exit 64 "$Q" work jobs -- no-such-command-anywhere
+assert_contains "$ERR" "no-such-command-anywhere" "names the missing command"
+assert_exit 64 "$Q" work jobs
+assert_exit 66 "$Q" work nosuchqueue -- true
+
+# ---- a shared --rate holds for all runners together -------------------------------------
+"$Q" create limited --rate 20/s --visibility-timeout 30s || die "create limited"
+seq 200 | "$Q" send limited --lines -q
+: >"$T/starts"
+pids=()
+for r in $(seq 10); do
+  "$Q" work limited -j 4 -q -- sh -c 'date +%s%3N >>"$T/starts"' &
+  pids+=($!)
+done
+sleep 2.6
+kill -TERM "${pids[@]}"
+wait "${pids[@]}"
+n=$(wc -l <"$T/starts")
+((n >= 30)) || fail "only $n starts in 2.6 s at 20/s"
+max=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
+  best = 0; j = 1
+  for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000) j++; if (i - j + 1 > best) best = i - j + 1 }
+  print best }')
+((max <= 24)) || fail "$max starts within one second under a shared 20/s limit"
+echo "rate: $n starts in 2.6 s, at most $max in any second" >&2
