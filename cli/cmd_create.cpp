@@ -17,6 +17,7 @@ struct SettingsFlags {
   std::optional<std::uint32_t> max_receives, max_size;
   std::optional<std::uint64_t> max_depth;
   bool fifo = false;
+  bool standard = false;  // config: --fifo/--standard are checked against the queue
   std::optional<bool> content_dedup;
   bool json = false;
 
@@ -28,6 +29,7 @@ struct SettingsFlags {
     c.dedup_window = duration_flag("--dedup-window", dedup_window);
     if (rate) c.rate = rate_flag("--rate", *rate);
     if (fifo) c.fifo = true;
+    if (standard) c.fifo = false;
     if (content_dedup) c.content_dedup = *content_dedup;
     c.max_receives = max_receives;
     c.max_size = max_size;
@@ -129,6 +131,11 @@ void add_config(CLI::App& app, Context& ctx) {
   if (!ctx.wants("config")) return;
   add_settings(config, *config_flags);
   config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
+  auto* fifo = config->add_flag("--fifo", config_flags->fifo,
+                                "Fails unless the queue is FIFO: a queue's kind cannot change");
+  config->add_flag("--standard", config_flags->standard,
+                   "Fails unless the queue is standard: a queue's kind cannot change")
+      ->excludes(fifo);
   config->callback([config_flags, &ctx] {
     auto change = config_flags->change();
     auto settings = ctx.open()->configure(config_flags->queue, change);

@@ -45,6 +45,10 @@ std::string stats_json(const q::QueueStats& s) {
       .num("expired", static_cast<long long>(c.expired))
       .num("deduplicated", static_cast<long long>(c.deduplicated))
       .time("created_at", s.created_at);
+  o.str("kind", s.config.fifo ? "fifo" : "standard");
+  if (s.config.fifo)
+    o.num("groups", static_cast<long long>(s.groups))
+        .num("held_groups", static_cast<long long>(s.held_groups));
   return o.done() + "\n";
 }
 
@@ -62,7 +66,11 @@ void run_stats(const StatsFlags& f, Context& ctx) {
            std::to_string(s.counters.sent), std::to_string(s.counters.acked)});
   ctx.out += t.render();
   if (all.size() != 1 || f.queue.empty()) return;
-  const auto& c = all.front().counters;
+  const auto& s = all.front();
+  if (s.config.fifo)
+    ctx.out += fmt::format("\nFIFO: {} groups with messages, {} held by a delivery in flight\n",
+                           s.groups, s.held_groups);
+  const auto& c = s.counters;
   ctx.out += fmt::format(
       "\nlifetime: sent {}, received {}, acked {}, nacked {}, dead-lettered {}, redriven {}, "
       "expired {}, deduplicated {}\n",

@@ -177,6 +177,7 @@ std::string message_json(const q::Message& m, bool with_state) {
   if (m.dead_at) o.time("dead_at", *m.dead_at);
   if (!m.reason.empty()) o.str("reason", m.reason);
   if (!m.dedup_id.empty()) o.str("dedup_id", m.dedup_id);
+  if (!m.group.empty()) o.str("group", m.group);
   return o.done() + "\n";
 }
 

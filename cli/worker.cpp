@@ -214,6 +214,7 @@ class Worker {
     options.max_messages = static_cast<std::uint32_t>(n);
     options.visibility_timeout = visibility_;
     options.rate_limited = true;
+    options.one_per_group = true;  // FIFO: never two messages of one group at once
     auto messages = broker_.receive(o_.queue, options);
     for (auto& m : messages) {
       ++taken_;
