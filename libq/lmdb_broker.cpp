@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <queue>
+#include <tuple>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -1298,33 +1301,57 @@ class LmdbBroker final : public Broker {
         deliver(seq, must_header(seq), nullptr);
       }
     }
-    // FIFO: the oldest visible head among the groups not held, then the
-    // messages after it in its group, in order, while they are visible.
-    while (config.fifo && out.size() < want) {
-      std::string group_id;
-      {
-        Cursor c(txn, db().heads);
-        if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
-        if (store::key_time(c.key()) > view.now) break;
-        group_id = std::string(c.value());
-      }
-      QueueView::GroupEdit group(view, group_id);
-      auto group_prefix = store::key_group_prefix(view.rec.qid, group_id);
-      std::uint64_t next = 0;
-      for (;;) {
+    // FIFO: messages in order of visible time and send order, from the heads
+    // of groups not held and, within this receive, from the groups already
+    // taken from (one receive may take several of a group, in order). Each
+    // group stays in order, and the oldest work goes first.
+    if (config.fifo) {
+      struct Next {
+        Millis visible_at;
         std::uint64_t seq;
+        std::string group;
+      };
+      auto later = [](const Next& a, const Next& b) {
+        return std::tie(a.visible_at, a.seq) > std::tie(b.visible_at, b.seq);
+      };
+      std::priority_queue<Next, std::vector<Next>, decltype(later)> continuing(later);
+      std::map<std::string, QueueView::GroupEdit> taken;
+      auto follow = [&](const std::string& group, std::uint64_t seq) {
+        if (options.one_per_group) return;
+        auto group_prefix = store::key_group_prefix(view.rec.qid, group);
+        std::uint64_t next;
         {
           Cursor c(txn, db().group_messages);
-          if (!c.seek(group_prefix + store::key_seq(next)) || !c.has_prefix(group_prefix)) break;
-          seq = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
+          if (!c.seek(group_prefix + store::key_seq(seq + 1)) || !c.has_prefix(group_prefix))
+            return;
+          next = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
         }
-        next = seq + 1;
-        Header header = must_header(seq);
-        if (header.visible_at > view.now) break;
-        if (!deliver(seq, std::move(header), &group)) continue;
-        if (options.one_per_group || out.size() >= want) break;
+        Millis visible_at = must_header(next).visible_at;
+        if (visible_at <= view.now) continuing.push({visible_at, next, group});
+      };
+      while (out.size() < want) {
+        std::optional<Next> head;
+        {
+          Cursor c(txn, db().heads);
+          if (c.seek(view.prefix) && c.has_prefix(view.prefix) &&
+              store::key_time(c.key()) <= view.now)
+            head = Next{store::key_time(c.key()), store::key_time_seq(c.key()),
+                        std::string(c.value())};
+        }
+        bool from_head = head && (continuing.empty() || !later(*head, continuing.top()));
+        if (!from_head && continuing.empty()) break;
+        Next pick = from_head ? std::move(*head) : continuing.top();
+        if (!from_head) continuing.pop();
+        auto edit = taken.find(pick.group);
+        if (edit == taken.end())
+          edit = taken
+                     .emplace(std::piecewise_construct, std::forward_as_tuple(pick.group),
+                              std::forward_as_tuple(view, pick.group))
+                     .first;
+        deliver(pick.seq, must_header(pick.seq), &edit->second);
+        follow(pick.group, pick.seq);
       }
-      group.done();
+      for (auto& [group, edit] : taken) edit.done();
     }
     if (options.rate_limited) view.rate_take(out.size());
     view.save();
