@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,6 +171,7 @@ struct RedriveOptions {
   std::vector<std::string> ids;           // empty: all, oldest first
   std::optional<std::uint64_t> max;       // at most this many
   bool dry_run = false;
+  std::string to;                         // another queue to move them to; empty: their own
 };
 
 struct RemovedCounts {
@@ -236,6 +238,28 @@ class Broker {
   // Returns the dead letters moved back (or that would move, with dry_run).
   virtual std::vector<Message> redrive(const std::string& queue,
                                        const RedriveOptions& options) = 0;
+
+  // One dead letter by id; nullopt when there is none.
+  virtual std::optional<Message> find_dead_letter(const std::string& queue,
+                                                  const std::string& id) = 0;
+  // Discards the dead letters named; returns the ids that were not found.
+  virtual std::vector<std::string> delete_dead_letters(const std::string& queue,
+                                                       const std::vector<std::string>& ids) = 0;
+
+  // Every message of the queue, live then dead, with its state, oldest first.
+  virtual void export_messages(const std::string& queue,
+                               const std::function<void(const Message&)>& each) = 0;
+  // Stores exported messages (their id when it is free in this file, else a
+  // new one), in one transaction; returns the ids they have here. In-flight
+  // messages arrive visible (a lease does not move between files).
+  virtual std::vector<std::string> import_messages(const std::string& queue,
+                                                   std::vector<Message> messages,
+                                                   bool create_queue) = 0;
+
+  // A consistent, compacted copy of the whole file, made while others use it.
+  virtual void backup(const std::string& path) = 0;
+  // Checks every record and index entry and the counters; returns what is wrong.
+  virtual std::vector<std::string> verify() = 0;
 };
 
 // Queue names: 1 to 80 of letters, digits, '-', '_' and '.'.

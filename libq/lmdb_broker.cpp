@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "lmdb_verify.hpp"
 #include "records.hpp"
 #include "sha256.hpp"
 #include "timefmt.hpp"
@@ -283,6 +284,22 @@ class QueueView {
     txn.put(db.dead_expiry, store::key_q_time_seq(rec.qid, now, seq), {});
     ++rec.dead;
     ++rec.counters.dead_lettered;
+  }
+
+  // A dead letter (taken out of its dead-letter queue) lives again in this queue.
+  void revive(std::uint64_t seq, const Header& dead) {
+    Header live;
+    live.sent_at = dead.sent_at;
+    live.visible_at = now;
+    live.available_at = now;
+    live.group = rec.config.fifo ? dead.group : std::string();
+    // A FIFO message goes back into its group at its place in send order.
+    GroupEdit group(*this, live.group);
+    put_header(db.messages, seq, live);
+    link(seq, live);
+    group.added(seq);
+    group.done();
+    txn.put(db.age, store::key_q_time_seq(rec.qid, now, seq), {});
   }
 
   // ---- maintenance run by every write transaction on the queue ----------------
@@ -996,33 +1013,173 @@ class LmdbBroker final : public Broker {
     std::vector<Message> out;
     for (auto& [seq, header] : chosen)
       out.push_back(to_message(seq, header, view.body(seq), MessageState::Dead));
+
+    std::optional<QueueView> target;
+    if (!options.to.empty() && options.to != queue) {
+      target.emplace(txn, db(), options.to, must_load(txn, options.to), view.now);
+      target->maintain();
+    }
+    QueueView& into = target ? *target : view;
+    if (into.rec.config.fifo)
+      for (const auto& [seq, header] : chosen)
+        if (header.group.empty())
+          throw Error(ErrorKind::InvalidData,
+                      fmt::format("queue {}: is a FIFO queue and dead letter {} has no group; "
+                                  "nothing was redriven",
+                                  into.name, store::message_id(seq)));
     if (options.dry_run) return out;
 
-    const auto& config = view.rec.config;
-    if (config.max_depth != 0 && view.depth() + chosen.size() > config.max_depth)
+    const auto& config = into.rec.config;
+    if (config.max_depth != 0 && into.depth() + chosen.size() > config.max_depth)
       throw Error(ErrorKind::Full,
                   fmt::format("queue {}: {} dead letters would not fit under max depth {} ({} "
                               "waiting); nothing was redriven (try --max)",
-                              queue, chosen.size(), config.max_depth, view.depth()));
+                              into.name, chosen.size(), config.max_depth, into.depth()));
     for (auto& [seq, header] : chosen) {
       view.unfile_dead(seq, header);
-      Header live;
-      live.sent_at = header.sent_at;
-      live.visible_at = view.now;
-      live.available_at = view.now;
-      live.group = header.group;
-      // A FIFO message goes back into its group at its place in send order.
-      QueueView::GroupEdit group(view, live.group);
-      view.put_header(db().messages, seq, live);
-      view.link(seq, live);
-      group.added(seq);
-      group.done();
-      txn.put(db().age, store::key_q_time_seq(view.rec.qid, view.now, seq), {});
+      into.revive(seq, header);
       ++view.rec.counters.redriven;
     }
     view.save();
+    if (target) target->save();
     txn.commit();
     return out;
+  }
+
+  std::optional<Message> find_dead_letter(const std::string& queue,
+                                          const std::string& id) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    auto seq = store::parse_message_id(id);
+    if (!seq)
+      throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
+    auto header = view.find_header(db().dead, *seq);
+    if (!header) return std::nullopt;
+    return to_message(*seq, *header, view.body(*seq), MessageState::Dead);
+  }
+
+  std::vector<std::string> delete_dead_letters(const std::string& queue,
+                                               const std::vector<std::string>& ids) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    std::vector<std::string> missing;
+    for (const auto& id : ids) {
+      auto seq = store::parse_message_id(id);
+      if (!seq)
+        throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
+      auto header = view.find_header(db().dead, *seq);
+      if (header)
+        view.remove_dead(*seq, *header);
+      else
+        missing.push_back(id);
+    }
+    view.save();
+    txn.commit();
+    return missing;
+  }
+
+  void export_messages(const std::string& queue,
+                       const std::function<void(const Message&)>& each) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    for (MDB_dbi dbi : {db().messages, db().dead}) {
+      Cursor c(txn, dbi);
+      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
+        auto seq = store::key_q_seq_seq(c.key());
+        auto header = store::decode_header(c.value());
+        if (!header)
+          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
+                                   store::message_id(seq)));
+        auto state = dbi == db().dead ? MessageState::Dead : state_of(*header, view.now);
+        each(to_message(seq, *header, view.body(seq), state));
+      }
+    }
+  }
+
+  std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages,
+                                           bool create_queue) override {
+    check_queue_name(queue);
+    Txn txn(*env_, Txn::Write);
+    auto existing = load(txn, queue);
+    if (!existing) {
+      if (!create_queue) no_such_queue(queue);
+      QueueRecord rec;
+      rec.qid = next_qid(txn);
+      rec.created_at = clock_->now();
+      existing = rec;
+    }
+    QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
+    view.maintain();
+    const auto& config = view.rec.config;
+    std::uint64_t live = 0;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const auto& m = messages[i];
+      auto where = fmt::format("queue {}: imported message {} ({})", queue, i + 1, m.id);
+      if (m.body.size() > config.max_size)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("{}: {} bytes, over the queue's max size; nothing was imported",
+                                where, m.body.size()));
+      if (config.fifo && m.group.empty())
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("{}: has no group, and this is a FIFO queue; nothing was imported",
+                                where));
+      check_outgoing(queue, {m.body, m.attributes, m.dedup_id, m.group});
+      live += m.state != MessageState::Dead;
+    }
+    if (config.max_depth != 0 && view.depth() + live > config.max_depth)
+      throw Error(ErrorKind::Full,
+                  fmt::format("queue {}: {} messages would not fit under max depth {}; nothing was "
+                              "imported",
+                              queue, live, config.max_depth));
+
+    std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
+    std::vector<std::string> ids;
+    for (auto& m : messages) {
+      // Keep the message's id when it is free in this file.
+      auto wanted = store::parse_message_id(m.id);
+      std::uint64_t seq = wanted && !txn.get(db().bodies, store::key_seq(*wanted)) ? *wanted
+                                                                                    : next_seq;
+      next_seq = std::max(next_seq, seq + 1);
+      Header header;
+      header.receive_count = m.receive_count;
+      header.sent_at = m.sent_at;
+      header.first_received_at = m.first_received_at.value_or(0);
+      header.last_received_at = m.last_received_at.value_or(0);
+      header.reason = m.reason.substr(0, kMaxReason);
+      header.group = config.fifo ? m.group : std::string();
+      if (m.state == MessageState::Dead) {
+        header.dead_at = m.dead_at.value_or(view.now);
+        view.put_header(db().dead, seq, header);
+        txn.put(db().dead_expiry, store::key_q_time_seq(view.rec.qid, header.dead_at, seq), {});
+        ++view.rec.dead;
+      } else {
+        bool delayed = m.state == MessageState::Delayed && m.visible_at > view.now;
+        header.visible_at = delayed ? m.visible_at : view.now;
+        header.available_at = delayed ? m.visible_at : std::min(m.sent_at, view.now);
+        header.flags = delayed ? Header::kDelayed : 0;
+        QueueView::GroupEdit group(view, header.group);
+        view.put_header(db().messages, seq, header);
+        view.link(seq, header);
+        group.added(seq);
+        group.done();
+        txn.put(db().age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
+        ++view.rec.counters.sent;
+      }
+      store::Body body{std::move(m.attributes), m.dedup_id, std::move(m.body)};
+      txn.put(db().bodies, store::key_seq(seq), store::encode(body));
+      ids.push_back(store::message_id(seq));
+    }
+    set_meta_u64(txn, store::kNextSeqKey, next_seq);
+    view.save();
+    txn.commit();
+    return ids;
+  }
+
+  void backup(const std::string& path) override { env_->copy_to(path); }
+
+  std::vector<std::string> verify() override {
+    Txn txn(*env_, Txn::Read);
+    return store::verify_file(txn, db(), clock_->now());
   }
 
  private:

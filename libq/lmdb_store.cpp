@@ -299,6 +299,39 @@ void Env::fail(int rc, const std::string& doing) const {
   }
 }
 
+void Env::copy_to(const std::string& target) const {
+  struct stat ours {}, theirs {};
+  if (fstat(fd_, &ours) == 0 && stat(target.c_str(), &theirs) == 0 && ours.st_dev == theirs.st_dev &&
+      ours.st_ino == theirs.st_ino)
+    throw Error(ErrorKind::Usage, fmt::format("{}: is the queue file itself", target));
+  std::string temporary = fmt::format("{}.tmp-{}", target, getpid());
+  ::unlink(temporary.c_str());
+  int rc = mdb_env_copy2(env_, temporary.c_str(), MDB_CP_COMPACT);
+  if (rc != 0) {
+    ::unlink(temporary.c_str());
+    if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG || rc == EIO)
+      throw Error(ErrorKind::Io, fmt::format("{}: cannot write the copy: {}", target,
+                                             rc == EIO ? "I/O error or disk full" : "disk full"));
+    if (rc == EACCES || rc == EPERM || rc == EROFS || rc == ENOENT || rc == ENOTDIR)
+      fail_errno(rc, target, "cannot write the copy");
+    fail(rc, "cannot copy");
+  }
+  int copy = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
+  bool synced = copy >= 0 && fsync(copy) == 0;
+  int err = errno;
+  if (copy >= 0) ::close(copy);
+  if (!synced || ::rename(temporary.c_str(), target.c_str()) != 0) {
+    if (synced) err = errno;
+    ::unlink(temporary.c_str());
+    fail_errno(err, target, "cannot write the copy");
+  }
+  int dir = ::open(parent_dir(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    fsync(dir);
+    ::close(dir);
+  }
+}
+
 // ---- Txn --------------------------------------------------------------------
 
 Txn::Txn(Env& env, Mode mode) : env_(env) {

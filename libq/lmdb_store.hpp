@@ -55,6 +55,10 @@ class Env {
 
   [[noreturn]] void fail(int rc, const std::string& doing) const;
 
+  // A consistent, compacted copy at `target`, written to a temporary file,
+  // synced and renamed, while other processes go on using the file.
+  void copy_to(const std::string& target) const;
+
  private:
   explicit Env(OpenOptions options) : options_(std::move(options)) {}
   void init_databases(bool may_initialize);

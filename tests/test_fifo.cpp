@@ -32,6 +32,8 @@ class FifoTest : public ::testing::Test {
     broker_->create_queue("orders", change);
   }
   void TearDown() override {
+    // Whatever a test did, groups, heads and counters must still agree.
+    if (broker_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
     broker_.reset();
     fs::remove_all(dir_);
   }

@@ -32,6 +32,8 @@ class QueueTest : public ::testing::Test {
     broker_ = open(true);
   }
   void TearDown() override {
+    // Whatever a test did, the file must still be consistent.
+    if (broker_ && verify_at_end_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
     broker_.reset();
     fs::remove_all(dir_);
   }
@@ -91,6 +93,7 @@ class QueueTest : public ::testing::Test {
   FakeClock clock_;
   std::uint64_t random_value_ = 0x0123456789abcdefULL;
   std::unique_ptr<Broker> broker_;
+  bool verify_at_end_ = true;
 };
 
 // ---- queues -------------------------------------------------------------------
@@ -871,6 +874,9 @@ TEST_F(QueueTest, DamagedRecordIsReportedNeverReturned) {
   broker_ = open();
   EXPECT_EQ(error_of([&] { receive("q"); }), ErrorKind::Io);
   EXPECT_EQ(error_of([&] { broker_->peek("q", 1); }), ErrorKind::Io);
+  EXPECT_EQ(broker_->verify(),
+            std::vector<std::string>{"queue q: message m1: body damaged (checksum mismatch)"});
+  verify_at_end_ = false;
 }
 
 TEST_F(QueueTest, WriterLockWaitIsBounded) {
