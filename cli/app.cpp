@@ -94,6 +94,7 @@ Exit codes:
    1  nothing to receive
    3  stale receipt (the message was redelivered, acked or dead-lettered)
    4  q work: at least one message failed (released for a retry or dead-lettered)
+      (q check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
   64  usage error
   65  bad input data (too large, malformed receipt or attribute)
   66  not found (no such queue file, queue or message)
@@ -175,8 +176,14 @@ int run(int argc, char** argv) {
   add_list(app, ctx);
   add_dlq(app, ctx);
   add_redrive(app, ctx);
+  add_top(app, ctx);
+  add_check(app, ctx);
   add_purge(app, ctx);
   add_delete(app, ctx);
+  add_export(app, ctx);
+  add_import(app, ctx);
+  add_backup(app, ctx);
+  add_verify(app, ctx);
 
   try {
     try {

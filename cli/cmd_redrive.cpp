@@ -1,27 +1,84 @@
-// q redrive QUEUE [--id ID]... [--max N] [--dry-run]
+// q redrive QUEUE [--id ID]... [--reason REGEX] [--since DUR] [--max N]
+//                 [--rate N/s] [--to QUEUE] [--dry-run]
+#include <chrono>
+#include <thread>
+
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "dead_filter.hpp"
+#include "input.hpp"
 #include "output.hpp"
 
 namespace cli {
 namespace {
 
 struct RedriveFlags {
-  std::string queue;
+  std::string queue, to;
   std::vector<std::string> ids;
   std::optional<std::uint64_t> max;
+  std::optional<std::string> rate;
   bool dry_run = false, json = false;
+  DeadFilterFlags filter;
 };
 
 void run_redrive(const RedriveFlags& f, Context& ctx) {
+  DeadFilter filter(f.filter);
+  double rate = f.rate ? rate_flag("--rate", *f.rate) : 0;
+  if (f.rate && rate <= 0) throw q::Error(q::ErrorKind::Usage, "--rate: must be above 0");
+  auto broker = ctx.open();
   q::RedriveOptions options;
   options.ids = f.ids;
   options.max = f.max;
   options.dry_run = f.dry_run;
-  for (const auto& m : ctx.open()->redrive(f.queue, options))
-    ctx.out += f.json ? message_json(m, false) : m.id + "\n";
+  options.to = f.to;
+  auto print = [&](const std::vector<q::Message>& moved) {
+    std::string out;
+    for (const auto& m : moved) out += f.json ? message_json(m, false) : m.id + "\n";
+    return out;
+  };
+
+  if (filter.active()) {
+    // Choose the dead letters here, then move exactly those.
+    q::Millis now = q::SystemClock().now();
+    std::vector<std::string> chosen;
+    for (const auto& m : broker->dead_letters(f.queue, SIZE_MAX)) {
+      if (!f.ids.empty() && std::find(f.ids.begin(), f.ids.end(), m.id) == f.ids.end()) continue;
+      if (!filter.matches(m, now)) continue;
+      if (f.max && chosen.size() >= *f.max) break;
+      chosen.push_back(m.id);
+    }
+    if (chosen.empty()) return;
+    options.ids = chosen;
+    options.max.reset();
+  }
+  if (rate <= 0 || f.dry_run) {
+    ctx.out += print(broker->redrive(f.queue, options));
+    return;
+  }
+  // Trickle: a small batch every tenth of a second, printed as it goes, so a
+  // downstream that just recovered is not flooded.
+  if (options.ids.empty()) {
+    for (const auto& m : broker->dead_letters(f.queue, f.max.value_or(SIZE_MAX)))
+      options.ids.push_back(m.id);
+    options.max.reset();
+  }
+  const std::size_t per_tick = std::max<std::size_t>(1, static_cast<std::size_t>(rate / 10));
+  const auto tick = std::chrono::microseconds(static_cast<long long>(1e6 * per_tick / rate));
+  auto next = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < options.ids.size(); i += per_tick) {
+    std::this_thread::sleep_until(next);
+    next += tick;
+    q::RedriveOptions batch = options;
+    batch.ids.assign(options.ids.begin() + i,
+                     options.ids.begin() + std::min(options.ids.size(), i + per_tick));
+    if (!write_stdout(print(broker->redrive(f.queue, batch)))) {
+      ctx.exit = kIoErr;
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -29,15 +86,20 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
 void add_redrive(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<RedriveFlags>();
   auto* cmd = app.add_subcommand(
-      "redrive", "Move dead letters back into their queue, oldest first, once the bug is "
-                 "fixed; each keeps its id and starts again at receive count 0. Prints the "
-                 "ids moved");
+      "redrive", "Move dead letters back into their queue (or --to another), oldest first, once "
+                 "the bug is fixed; each keeps its id and starts again at receive count 0. "
+                 "Prints the ids moved");
   if (!ctx.wants("redrive")) return;
-  cmd->add_option("QUEUE", f->queue, "Queue whose dead letters move back")->required();
+  cmd->add_option("QUEUE", f->queue, "Queue whose dead letters move")->required();
   cmd->add_option("--id", f->ids, "Move only this dead letter (repeatable)")
       ->type_name("ID")
       ->allow_extra_args(false);
+  add_dead_filter_flags(cmd, f->filter);
   cmd->add_option("--max", f->max, "Move at most N")->type_name("N");
+  cmd->add_option("--rate", f->rate,
+                  "Trickle them back at N per second instead of all at once, like 5/s")
+      ->type_name("N/s");
+  cmd->add_option("--to", f->to, "Move them to this queue instead")->type_name("QUEUE");
   cmd->add_flag("--dry-run", f->dry_run, "Print what would move, move nothing");
   cmd->add_flag("--json", f->json, "One JSON object a line per dead letter");
   cmd->callback([f, &ctx] { run_redrive(*f, ctx); });

@@ -1,10 +1,21 @@
-// q stats [QUEUE] [--json]: depth by state, oldest age, lifetime counters.
+// q stats [QUEUE] [--json | --prometheus [--output FILE] | --watch [--interval DUR]]
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "input.hpp"
 #include "output.hpp"
+#include "rates.hpp"
 #include "timefmt.hpp"
 
 namespace cli {
@@ -12,17 +23,9 @@ namespace {
 
 struct StatsFlags {
   std::string queue;
-  bool json = false;
+  bool json = false, prometheus = false, watch = false;
+  std::optional<std::string> output, interval;
 };
-
-std::string age_text(const std::optional<q::Millis>& age) {
-  if (!age) return "-";
-  q::Millis a = *age;
-  if (a < q::kMinute) return fmt::format("{:.1f}s", static_cast<double>(a) / q::kSecond);
-  if (a < q::kHour) return fmt::format("{}m{}s", a / q::kMinute, a % q::kMinute / q::kSecond);
-  if (a < q::kDay) return fmt::format("{}h{}m", a / q::kHour, a % q::kHour / q::kMinute);
-  return fmt::format("{}d{}h", a / q::kDay, a % q::kDay / q::kHour);
-}
 
 std::string stats_json(const q::QueueStats& s) {
   const auto& c = s.counters;
@@ -52,30 +55,160 @@ std::string stats_json(const q::QueueStats& s) {
   return o.done() + "\n";
 }
 
-void run_stats(const StatsFlags& f, Context& ctx) {
-  auto all = ctx.open()->stats(f.queue);
-  if (f.json) {
-    for (const auto& s : all) ctx.out += stats_json(s);
-    return;
-  }
+std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
   Table t;
   t.row({"QUEUE", "VISIBLE", "IN_FLIGHT", "DELAYED", "DEAD", "OLDEST", "SENT", "ACKED"});
   for (const auto& s : all)
     t.row({s.name, std::to_string(s.visible), std::to_string(s.in_flight),
-           std::to_string(s.delayed), std::to_string(s.dead), age_text(s.oldest_age),
+           std::to_string(s.delayed), std::to_string(s.dead), short_duration(s.oldest_age),
            std::to_string(s.counters.sent), std::to_string(s.counters.acked)});
-  ctx.out += t.render();
-  if (all.size() != 1 || f.queue.empty()) return;
+  std::string out = t.render();
+  if (all.size() != 1 || !one_queue) return out;
   const auto& s = all.front();
   if (s.config.fifo)
-    ctx.out += fmt::format("\nFIFO: {} groups with messages, {} held by a delivery in flight\n",
-                           s.groups, s.held_groups);
+    out += fmt::format("\nFIFO: {} groups with messages, {} held by a delivery in flight\n",
+                       s.groups, s.held_groups);
   const auto& c = s.counters;
-  ctx.out += fmt::format(
+  out += fmt::format(
       "\nlifetime: sent {}, received {}, acked {}, nacked {}, dead-lettered {}, redriven {}, "
       "expired {}, deduplicated {}\n",
       c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
       c.deduplicated);
+  return out;
+}
+
+// The node_exporter textfile-collector format.
+std::string prometheus(const std::vector<q::QueueStats>& all) {
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  family("q_messages", "gauge", "Messages in a queue by state.");
+  for (const auto& s : all) {
+    for (auto [state, n] : {std::pair{"visible", s.visible}, std::pair{"in_flight", s.in_flight},
+                            std::pair{"delayed", s.delayed}, std::pair{"dead", s.dead}})
+      out += fmt::format("q_messages{{queue=\"{}\",state=\"{}\"}} {}\n", s.name, state, n);
+  }
+  family("q_oldest_message_age_seconds", "gauge",
+         "Age of the oldest message that is visible or in flight (0 when there is none).");
+  for (const auto& s : all)
+    out += fmt::format("q_oldest_message_age_seconds{{queue=\"{}\"}} {:.3f}\n", s.name,
+                       static_cast<double>(s.oldest_age.value_or(0)) / 1000.0);
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::uint64_t q::QueueCounters::*field;
+  };
+  const Counter counters[] = {
+      {"q_sent_total", "Messages sent.", &q::QueueCounters::sent},
+      {"q_received_total", "Deliveries.", &q::QueueCounters::received},
+      {"q_acked_total", "Messages acknowledged.", &q::QueueCounters::acked},
+      {"q_nacked_total", "Messages released for another delivery.", &q::QueueCounters::nacked},
+      {"q_dead_lettered_total", "Messages moved to the dead-letter queue.",
+       &q::QueueCounters::dead_lettered},
+      {"q_redriven_total", "Dead letters moved back.", &q::QueueCounters::redriven},
+      {"q_expired_total", "Messages and dead letters removed by retention.",
+       &q::QueueCounters::expired},
+      {"q_deduplicated_total", "Sends stored nothing: a duplicate dedup id.",
+       &q::QueueCounters::deduplicated}};
+  for (const auto& c : counters) {
+    family(c.name, "counter", c.help);
+    for (const auto& s : all)
+      out += fmt::format("{}{{queue=\"{}\"}} {}\n", c.name, s.name, s.counters.*c.field);
+  }
+  bool any_fifo = false;
+  for (const auto& s : all) any_fifo |= s.config.fifo;
+  if (any_fifo) {
+    family("q_groups", "gauge", "FIFO queues: message groups with messages.");
+    for (const auto& s : all)
+      if (s.config.fifo) out += fmt::format("q_groups{{queue=\"{}\"}} {}\n", s.name, s.groups);
+    family("q_held_groups", "gauge", "FIFO queues: groups held by a delivery in flight.");
+    for (const auto& s : all)
+      if (s.config.fifo)
+        out += fmt::format("q_held_groups{{queue=\"{}\"}} {}\n", s.name, s.held_groups);
+  }
+  return out;
+}
+
+// Replaces FILE at once: a collector never reads half a file.
+void write_atomically(const std::string& path, const std::string& data) {
+  std::string temporary = fmt::format("{}.tmp-{}", path, getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto fail = [&](const char* doing) {
+    int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(temporary.c_str());
+    throw q::Error(err == EACCES || err == EPERM ? q::ErrorKind::Permission : q::ErrorKind::Io,
+                   fmt::format("--output {}: {}: {}", path, doing, std::strerror(err)));
+  };
+  if (fd < 0) fail("cannot create");
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot write");
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    fd = -1;
+    fail("cannot write");
+  }
+  fd = -1;
+  if (::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot replace");
+}
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+// One line per queue per interval, for logs.
+void watch(const StatsFlags& f, Context& ctx, q::Millis interval) {
+  signal(SIGINT, on_stop);
+  signal(SIGTERM, on_stop);
+  auto broker = ctx.open();
+  RateMeter meter;
+  meter.sample(*broker, f.queue);
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(interval));
+    if (g_stop) break;
+    std::string lines;
+    std::string at = q::format_time(q::SystemClock().now());
+    for (const auto& r : meter.sample(*broker, f.queue)) {
+      const auto& s = r.stats;
+      auto empty = r.time_to_empty();
+      lines += fmt::format(
+          "{} {} visible={} in_flight={} delayed={} dead={} oldest={} in={:.1f}/s out={:.1f}/s "
+          "empty_in={}\n",
+          at, s.name, s.visible, s.in_flight, s.delayed, s.dead, short_duration(s.oldest_age),
+          r.in_per_s, r.out_per_s, empty ? short_duration(empty) : "never");
+    }
+    if (!write_stdout(lines)) {
+      ctx.exit = kIoErr;
+      return;
+    }
+  }
+}
+
+void run_stats(const StatsFlags& f, Context& ctx) {
+  if (f.watch) {
+    q::Millis interval = duration_flag("--interval", f.interval).value_or(q::kSecond);
+    if (interval < 100)
+      throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
+    watch(f, ctx, interval);
+    return;
+  }
+  auto all = ctx.open()->stats(f.queue);
+  if (f.prometheus) {
+    if (f.output)
+      write_atomically(*f.output, prometheus(all));
+    else
+      ctx.out += prometheus(all);
+    return;
+  }
+  if (f.json) {
+    for (const auto& s : all) ctx.out += stats_json(s);
+    return;
+  }
+  ctx.out += stats_table(all, !f.queue.empty());
 }
 
 }  // namespace
@@ -87,7 +220,21 @@ void add_stats(CLI::App& app, Context& ctx) {
                "oldest message, and lifetime counters");
   if (!ctx.wants("stats")) return;
   cmd->add_option("QUEUE", f->queue, "Only this queue");
-  cmd->add_flag("--json", f->json, "One JSON object a line per queue");
+  auto* json = cmd->add_flag("--json", f->json, "One JSON object a line per queue");
+  auto* prom = cmd->add_flag("--prometheus", f->prometheus,
+                             "Prometheus text format (node_exporter textfile collector)");
+  cmd->add_option("--output", f->output,
+                  "With --prometheus: write FILE atomically (temp file + rename)")
+      ->type_name("FILE")
+      ->needs(prom);
+  auto* watch = cmd->add_flag("--watch", f->watch,
+                              "Print a line per queue every --interval: counts, in and out "
+                              "rates, time to empty; until interrupted");
+  cmd->add_option("--interval", f->interval, "With --watch: how often (default 1s)")
+      ->type_name("DUR")
+      ->needs(watch);
+  json->excludes(prom)->excludes(watch);
+  prom->excludes(watch);
   cmd->callback([f, &ctx] { run_stats(*f, ctx); });
 }
 

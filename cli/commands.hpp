@@ -27,6 +27,12 @@ void add_stats(CLI::App& app, Context& ctx);
 void add_dlq(CLI::App& app, Context& ctx);
 void add_redrive(CLI::App& app, Context& ctx);
 void add_work(CLI::App& app, Context& ctx);
+void add_top(CLI::App& app, Context& ctx);
+void add_check(CLI::App& app, Context& ctx);
+void add_backup(CLI::App& app, Context& ctx);
+void add_verify(CLI::App& app, Context& ctx);
+void add_export(CLI::App& app, Context& ctx);
+void add_import(CLI::App& app, Context& ctx);
 
 int run(int argc, char** argv);
 

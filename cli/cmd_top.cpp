@@ -1,0 +1,190 @@
+// q top: a full-screen live view of every queue, refreshed every second.
+// Rates come from the counters in the file, so they include every process.
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "context.hpp"
+#include "error.hpp"
+#include "input.hpp"
+#include "output.hpp"
+#include "rates.hpp"
+#include "timefmt.hpp"
+
+namespace cli {
+namespace {
+
+struct TopFlags {
+  std::string queue;
+  std::optional<std::string> interval;
+};
+
+volatile sig_atomic_t g_quit = 0;
+void on_quit(int) { g_quit = 1; }
+
+// Puts the terminal into a full-screen, key-at-a-time mode and always puts it
+// back, whatever ends the view.
+class Screen {
+ public:
+  Screen() {
+    if (tcgetattr(STDIN_FILENO, &saved_) == 0) {
+      termios raw = saved_;
+      raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+      raw.c_cc[VMIN] = 0;
+      raw.c_cc[VTIME] = 0;
+      restore_termios_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+    }
+    put("\033[?1049h\033[?25l");  // alternate screen, hide the cursor
+  }
+  ~Screen() {
+    put("\033[?25h\033[?1049l");
+    if (restore_termios_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  static void put(const std::string& s) {
+    std::size_t done = 0;
+    while (done < s.size()) {
+      ssize_t n = ::write(STDOUT_FILENO, s.data() + done, s.size() - done);
+      if (n <= 0) return;
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  static std::pair<int, int> size() {
+    winsize ws{};
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return {ws.ws_col, ws.ws_row};
+    return {80, 24};
+  }
+
+ private:
+  termios saved_{};
+  bool restore_termios_ = false;
+};
+
+std::string sparkline(const std::deque<std::uint64_t>& history, std::size_t width) {
+  static const char* bars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  std::uint64_t top = 0;
+  for (auto v : history) top = std::max(top, v);
+  std::string out;
+  std::size_t start = history.size() > width ? history.size() - width : 0;
+  for (std::size_t i = start; i < history.size(); ++i) {
+    std::size_t level = top == 0 ? 0 : static_cast<std::size_t>(history[i] * 7 / top);
+    out += bars[level];
+  }
+  for (std::size_t i = history.size() - start; i < width; ++i) out += " ";
+  return out;
+}
+
+std::string rate_text(double r) {
+  if (r >= 10000) return fmt::format("{:.0f}k", r / 1000);
+  if (r >= 100) return fmt::format("{:.0f}", r);
+  return fmt::format("{:.1f}", r);
+}
+
+std::string count_text(std::uint64_t n) {
+  if (n >= 10'000'000) return fmt::format("{}M", n / 1'000'000);
+  if (n >= 100'000) return fmt::format("{}k", n / 1000);
+  return std::to_string(n);
+}
+
+std::string fit(std::string s, std::size_t width) {
+  if (s.size() > width) s = s.substr(0, width - 1) + "~";
+  return s;
+}
+
+void run_top(const TopFlags& f, Context& ctx) {
+  if (!isatty(STDOUT_FILENO))
+    throw q::Error(q::ErrorKind::Usage,
+                   "top: standard output is not a terminal (for logs, use 'q stats --watch')");
+  q::Millis interval = duration_flag("--interval", f.interval).value_or(q::kSecond);
+  if (interval < 100) throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
+  const bool color = std::getenv("NO_COLOR") == nullptr;
+  auto broker = ctx.open();
+  std::string file = ctx.queue_file();
+
+  signal(SIGINT, on_quit);
+  signal(SIGTERM, on_quit);
+  signal(SIGHUP, on_quit);
+  Screen screen;
+  RateMeter meter;
+  std::map<std::string, std::deque<std::uint64_t>> depth_history;
+  const std::size_t kHistory = 300;  // five minutes at one a second
+
+  while (!g_quit) {
+    auto queues = meter.sample(*broker, f.queue);
+    auto [cols, rows] = Screen::size();
+    // 80 columns: 68 for the figures, 12 for the sparkline; wider shows more history.
+    const std::size_t spark = cols > 80 ? std::min<std::size_t>(60, static_cast<std::size_t>(cols) - 68) : 12;
+    std::string frame = "\033[H\033[2J";
+    auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
+    auto red = [&](const std::string& s) { return color ? "\033[31m" + s + "\033[0m" : s; };
+    std::string now = q::format_time(q::SystemClock().now()).substr(11, 8);
+    frame += bold(fit(fmt::format("q top  {}  {}  ({} queues)  q: quit", now, file, queues.size()),
+                      static_cast<std::size_t>(cols))) +
+             "\r\n\r\n";
+    std::string header = fmt::format("{:<10} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6}  {:<{}} {:>7} {:>8}",
+                                     "QUEUE", "VISIBL", "INFL", "DELAY", "DEAD", "IN/s", "OUT/s",
+                                     "DEPTH", spark, "OLDEST", "EMPTY IN");
+    frame += (color ? "\033[7m" + header + "\033[0m" : header) + "\r\n";
+    int line = 4;
+    for (const auto& r : queues) {
+      if (line >= rows) break;
+      const auto& s = r.stats;
+      auto& history = depth_history[s.name];
+      history.push_back(r.backlog());
+      if (history.size() > kHistory) history.pop_front();
+      auto empty = r.time_to_empty();
+      std::string dead = fmt::format("{:>5}", count_text(s.dead));
+      frame += fmt::format("{:<10} {:>6} {:>5} {:>5} {} {:>6} {:>6}  {} {:>7} {:>8}\r\n",
+                           fit(s.name, 10), count_text(s.visible), count_text(s.in_flight),
+                           count_text(s.delayed), s.dead > 0 ? red(dead) : dead,
+                           r.measured ? rate_text(r.in_per_s) : "-",
+                           r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, spark),
+                           short_duration(s.oldest_age),
+                           !r.measured ? "-" : empty ? short_duration(empty) : "never");
+      ++line;
+    }
+    if (queues.empty()) frame += "(no queues yet: q create QUEUE)\r\n";
+    Screen::put(frame);
+
+    // Wait for the next refresh or a key.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval);
+    while (!g_quit) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      if (left <= 0) break;
+      pollfd p{STDIN_FILENO, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) > 0) {
+        char key = 0;
+        if (::read(STDIN_FILENO, &key, 1) == 1 && (key == 'q' || key == 'Q' || key == 3))
+          g_quit = 1;
+        if (p.revents & (POLLHUP | POLLERR)) g_quit = 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void add_top(CLI::App& app, Context& ctx) {
+  auto f = std::make_shared<TopFlags>();
+  auto* cmd = app.add_subcommand(
+      "top", "Live full-screen view of every queue: counts, in and out rates, depth sparkline, "
+             "oldest message, time to empty. q or Ctrl-C quits");
+  if (!ctx.wants("top")) return;
+  cmd->add_option("QUEUE", f->queue, "Only this queue");
+  cmd->add_option("--interval", f->interval, "Refresh every DUR (default 1s)")->type_name("DUR");
+  cmd->callback([f, &ctx] { run_top(*f, ctx); });
+}
+
+}  // namespace cli

@@ -1,0 +1,184 @@
+# Operations: top, stats --watch/--prometheus, check, backup, verify,
+# export/import, dead-letter tooling, all while other processes use the queue.
+source "$(dirname "$0")/lib.sh" "$@"
+
+"$Q" create emails --max-receives 1 || die "create"
+
+# Background traffic for the whole test: a producer and a consumer.
+(
+  while :; do "$Q" send emails "traffic" >/dev/null 2>&1; sleep 0.05; done
+) &
+traffic_send=$!
+(
+  while :; do
+    r=$("$Q" receive emails --json 2>/dev/null | jq -r .receipt)
+    [[ -n $r && $r != null ]] && "$Q" ack emails "$r" 2>/dev/null
+    sleep 0.05
+  done
+) &
+traffic_ack=$!
+stop_traffic() { kill "$traffic_send" "$traffic_ack" 2>/dev/null; wait "$traffic_send" "$traffic_ack" 2>/dev/null; }
+
+# ---- dead letters with reasons -------------------------------------------------------
+"$Q" create mail --max-receives 1 || die "create mail"
+for reason in "smtp 550 user unknown" "smtp 550 user unknown" "smtp 451 try later"; do
+  "$Q" send mail "to someone ($reason)" >/dev/null
+  r=$("$Q" receive mail --json | jq -r .receipt)
+  "$Q" nack mail "$r" --reason "$reason"
+done
+"$Q" receive mail -n 10 >/dev/null   # moves all three to the dead-letter queue
+assert_eq 3 "$(stat_field mail dead)" "three dead letters"
+
+run "$Q" dlq list mail --by-reason
+assert_eq $'      2 x smtp 550 user unknown\n      1 x smtp 451 try later' "$OUT" "summary of reasons with counts"
+run "$Q" dlq list mail --reason '^smtp 451' --json
+assert_eq 1 "$(grep -c . <<<"$OUT")" "--reason filters by regex"
+assert_eq "smtp 451 try later" "$(jq -r .reason <<<"$OUT")" "the matching one"
+id451=$(jq -r .id <<<"$OUT")
+run "$Q" dlq list mail --since 1h
+assert_eq 4 "$(grep -c . <<<"$OUT")" "--since 1h keeps all (header + 3)"
+sleep 0.3
+run "$Q" dlq list mail --since 200ms
+assert_eq "" "$OUT" "--since 200ms keeps none of the older ones"
+assert_exit 64 "$Q" dlq list mail --reason '(unclosed'
+assert_contains "$ERR" "--reason" "a bad regex names the flag"
+
+run "$Q" dlq show mail "$id451"
+assert_eq "to someone (smtp 451 try later)" "$OUT" "dlq show prints the body as sent"
+run "$Q" dlq show mail "$id451" --json
+assert_eq "dead" "$(jq -r .state <<<"$OUT")" "--json: the whole record"
+assert_exit 66 "$Q" dlq show mail m999
+assert_exit 65 "$Q" dlq show mail not-an-id
+
+# redrive only the temporary failure, to another queue
+"$Q" create retry || die "create retry"
+run "$Q" redrive mail --reason 451 --to retry
+assert_eq "$id451" "$OUT" "redrive --reason --to moves the matching one"
+assert_eq 1 "$(stat_field retry visible)" "it is in the other queue"
+assert_eq 2 "$(stat_field mail dead)" "the others stay dead"
+
+# trickle the rest back at 4/s: two take about a quarter second or more
+start=$(now_ms)
+run "$Q" redrive mail --rate 4/s
+elapsed=$(($(now_ms) - start))
+assert_eq 2 "$(grep -c . <<<"$OUT")" "both moved"
+((elapsed >= 200)) || fail "--rate 4/s moved two in ${elapsed} ms"
+
+# delete chosen dead letters
+"$Q" purge mail >/dev/null  # the two redriven ones
+"$Q" send mail "bad one" >/dev/null
+r=$("$Q" receive mail --json | jq -r .receipt)
+"$Q" nack mail "$r" --reason "poison"
+"$Q" receive mail >/dev/null || true  # max receives reached: dead-lettered
+dead_id=$("$Q" dlq list mail --json | jq -r 'select(.reason=="poison") | .id')
+[[ -n $dead_id ]] || die "no poison dead letter"
+assert_exit 66 "$Q" dlq delete mail "$dead_id" m999
+assert_contains "$OUT" "deleted dead letter $dead_id" "prints what it removed"
+assert_contains "$ERR" "no dead letter m999" "names the missing one"
+assert_exit 66 "$Q" dlq show mail "$dead_id"
+
+# ---- check: the Nagios convention ---------------------------------------------------------
+assert_exit 0 "$Q" check retry --max-dead 0 --max-age 1h
+assert_match '^Q OK - retry: depth 1, dead 0, oldest [0-9.]+s \| ' "$OUT" "OK status line with perfdata"
+assert_contains "$OUT" "'retry_dead'=0;;0;0" "perfdata: dead with its threshold"
+"$Q" create sick --max-receives 1 || die "create sick"
+"$Q" send sick x >/dev/null
+"$Q" nack sick "$("$Q" receive sick --json | jq -r .receipt)"
+"$Q" receive sick >/dev/null
+assert_exit 2 "$Q" check sick --max-dead 0
+assert_contains "$OUT" "Q CRITICAL - sick: dead letters 1 (max 0)" "critical on a dead letter"
+assert_exit 1 "$Q" check sick --max-dead 0,5
+assert_contains "$OUT" "Q WARNING" "warning between the thresholds"
+"$Q" send sick waiting >/dev/null
+sleep 0.3
+assert_exit 2 "$Q" check sick --max-age 100ms
+assert_contains "$OUT" "oldest message" "critical on the oldest message's age"
+assert_exit 2 "$Q" check sick --min-rate 5/s --sample 300ms
+assert_contains "$OUT" "drain rate 0.00/s (min 5/s)" "nothing drains while a message waits"
+assert_exit 3 "$Q" check nosuch
+assert_contains "$OUT" "Q UNKNOWN" "unknown queue: UNKNOWN"
+assert_exit 3 "$Q" -f "$T/missing.q" check
+# Monitoring plugins answer a bad threshold with UNKNOWN, not a usage code.
+assert_exit 3 "$Q" check --max-age soon
+assert_contains "$OUT" "Q UNKNOWN - --max-age 'soon'" "the bad threshold is named"
+
+# ---- metrics ------------------------------------------------------------------------------
+run "$Q" stats --prometheus
+assert_contains "$OUT" "# TYPE q_messages gauge" "gauge family"
+assert_contains "$OUT" 'q_messages{queue="sick",state="dead"} 1' "dead gauge"
+assert_contains "$OUT" "# TYPE q_sent_total counter" "counters end in _total"
+assert_match 'q_oldest_message_age_seconds\{queue="sick"\} [0-9]+\.[0-9]{3}' "$OUT" "age in seconds"
+mkdir -p "$T/textfile"
+assert_exit 0 "$Q" stats --prometheus --output "$T/textfile/q.prom"
+assert_contains "$(cat "$T/textfile/q.prom")" 'q_messages{queue="retry",state="visible"}' "written to the file"
+assert_eq "q.prom" "$(ls "$T/textfile")" "no temporary file left behind"
+assert_exit 74 "$Q" stats --prometheus --output "$T/no/such/dir/q.prom"
+
+run timeout 1.5 "$Q" stats emails --watch --interval 300ms
+lines=$(grep -c 'emails visible=' <<<"$OUT")
+((lines >= 3)) || fail "--watch printed $lines lines in 1.5 s at 300 ms"
+assert_match 'in=[0-9.]+/s out=[0-9.]+/s empty_in=' "$OUT" "--watch shows rates and time to empty"
+
+# ---- backup, verify, export/import while traffic runs ----------------------------------------
+assert_exit 0 "$Q" verify
+assert_contains "$OUT" "consistent" "a healthy file under load verifies"
+assert_exit 0 "$Q" backup "$T/backup.q"
+assert_exit 0 "$Q" -f "$T/backup.q" verify
+assert_exit 0 "$Q" -f "$T/backup.q" stats retry
+assert_exit 64 "$Q" backup "$Q_FILE"
+
+"$Q" send retry --attr k=v "$(printf 'line1\nline2')" >/dev/null
+printf 'bin\x00\xff' | "$Q" send retry >/dev/null
+run "$Q" export retry
+printf '%s\n' "$OUT" >"$T/export.jsonl"
+assert_eq 3 "$(grep -c . "$T/export.jsonl")" "every message of the queue"
+"$Q" -f "$T/other.q" import retry --create <"$T/export.jsonl" >/dev/null || fail "import"
+"$Q" -f "$T/other.q" export retry >"$T/export2.jsonl"
+assert_eq "$(jq -c '{id,body,body_base64,attributes,receive_count,sent_at,state}' "$T/export.jsonl")" \
+  "$(jq -c '{id,body,body_base64,attributes,receive_count,sent_at,state}' "$T/export2.jsonl")" \
+  "export, import, export: nothing lost"
+before=$(cksum <"$T/other.q")
+assert_exit_in 65 '{"id":"m1","body":"x"}
+not json' "$Q" -f "$T/other.q" import retry
+assert_contains "$ERR" "line 2" "a bad line is named"
+assert_eq "$before" "$(cksum <"$T/other.q")" "a failed import leaves the file as it was"
+
+stop_traffic
+assert_exit 0 "$Q" verify
+
+# ---- q top in a real terminal ----------------------------------------------------------------
+if command -v tmux >/dev/null; then
+  sock=$T/tmux
+  tmux -S "$sock" new-session -d -x 80 -y 24 "env Q_FILE=$Q_FILE PS1='READY$ ' bash --norc --noprofile"
+  sleep 0.3
+  tmux -S "$sock" send-keys "$Q top" Enter
+  sleep 1.5
+  screen1=$(tmux -S "$sock" capture-pane -p)
+  assert_contains "$screen1" "QUEUE" "top shows its header"
+  assert_contains "$screen1" "retry" "top lists the queues"
+  assert_match 'sick +[0-9]+ +[0-9]+ +[0-9]+ +1 ' "$screen1" "top shows the dead letter of sick"
+  for i in $(seq 1 30); do "$Q" send retry "burst $i" >/dev/null; done
+  sleep 1.5
+  screen2=$(tmux -S "$sock" capture-pane -p)
+  [[ $screen1 != "$screen2" ]] || fail "top did not update"
+  assert_match 'retry +3[0-9] ' "$screen2" "top shows the new depth"
+  while IFS= read -r line; do
+    width=$(LC_ALL=C.UTF-8 bash -c 'printf %s "${#1}"' _ "$line")
+    ((width <= 80)) || fail "a line $width columns wide: $line"
+  done <<<"$screen2"
+  tmux -S "$sock" send-keys q
+  sleep 0.5
+  after=$(tmux -S "$sock" capture-pane -p)
+  assert_contains "$after" "READY$" "q quits and the shell prompt is back"
+  assert_not_contains "$after" "QUEUE" "the terminal is restored (alternate screen left)"
+  tmux -S "$sock" send-keys "NO_COLOR=1 $Q top" Enter
+  sleep 1
+  tmux -S "$sock" send-keys C-c
+  sleep 0.5
+  assert_contains "$(tmux -S "$sock" capture-pane -p)" "READY$" "Ctrl-C quits too"
+  tmux -S "$sock" kill-server
+else
+  fail "tmux is needed for the q top test"
+fi
+assert_exit 64 "$Q" top
+assert_contains "$ERR" "stats --watch" "top without a terminal says what to use"
