@@ -137,14 +137,7 @@ class QueueView {
 
   // Moves due entries of `from` to `ready`; returns how many.
   std::uint64_t promote(MDB_dbi from) {
-    std::vector<std::string> due;
-    {
-      Cursor c(txn, from);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) {
-        if (store::key_time(c.key()) > now) break;
-        due.emplace_back(c.key());
-      }
-    }
+    auto due = due_keys(from);
     for (const auto& key : due) {
       // A FIFO message whose lease ran out no longer holds its group.
       std::optional<GroupEdit> group;
@@ -313,30 +306,8 @@ class QueueView {
     rec.ready += delays_due;
     expire_messages();
     expire_dead_letters();
-    expire_dedup();
-    expire_done();
-  }
-
-  void expire_done() {
-    std::vector<std::string> old;
-    {
-      Cursor c(txn, db.done_expiry);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) > now) break;
-        old.emplace_back(c.key());
-      }
-    }
-    for (const auto& key : old) {
-      txn.del(db.done_expiry, key);
-      auto done_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
-      auto entry = txn.get(db.done, done_key);
-      if (entry && entry->size() == 8) {
-        Millis expires = 0;
-        std::memcpy(&expires, entry->data(), 8);
-        if (expires <= now) txn.del(db.done, done_key);
-      }
-    }
+    expire_keys(db.dedup_expiry, db.dedup, 8);  // value: seq, expires
+    expire_keys(db.done_expiry, db.done, 0);    // value: expires
   }
 
   // ---- the shared rate budget (GCRA) --------------------------------------------
@@ -405,34 +376,36 @@ class QueueView {
         old.push_back(store::key_time_seq(c.key()));
       }
     }
-    for (auto seq : old) {
-      auto header = find_header(db.dead, seq);
-      if (header) remove_dead(seq, *header);
-    }
+    for (auto seq : old)
+      if (auto header = find_header(db.dead, seq)) remove_dead(seq, *header);
     rec.counters.expired += old.size();
   }
 
-  void expire_dedup() {
-    std::vector<std::string> old;
-    {
-      Cursor c(txn, db.dedup_expiry);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) > now) break;
-        old.emplace_back(c.key());
-      }
-    }
-    for (const auto& key : old) {
-      txn.del(db.dedup_expiry, key);
-      // A later send may have renewed this dedup id with a later expiry.
-      auto dedup_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
-      auto entry = txn.get(db.dedup, dedup_key);
-      if (entry && entry->size() == 16) {
+  // Dedup ids and idempotency (done) keys past their time: their expiry
+  // index is (qid, expires, key); the record's value holds its expiry at
+  // `expires_at`, which a later renewal may have moved.
+  void expire_keys(MDB_dbi expiry_index, MDB_dbi records, std::size_t expires_at) {
+    for (const auto& key : due_keys(expiry_index, kExpireBatch)) {
+      txn.del(expiry_index, key);
+      auto record_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
+      auto entry = txn.get(records, record_key);
+      if (entry && entry->size() == expires_at + 8) {
         Millis expires = 0;
-        std::memcpy(&expires, entry->data() + 8, 8);
-        if (expires <= now) txn.del(db.dedup, dedup_key);
+        std::memcpy(&expires, entry->data() + expires_at, 8);
+        if (expires <= now) txn.del(records, record_key);
       }
     }
+  }
+
+  // Keys of a (qid, time, ...) index whose time has come, oldest first.
+  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit = SIZE_MAX) {
+    std::vector<std::string> due;
+    Cursor c(txn, index);
+    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit; ok = c.next()) {
+      if (store::key_time(c.key()) > now) break;
+      due.emplace_back(c.key());
+    }
+    return due;
   }
 
   // ---- dedup ------------------------------------------------------------------

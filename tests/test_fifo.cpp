@@ -6,19 +6,19 @@
 #include <set>
 
 #include "error.hpp"
+#include "support.hpp"
 #include "lmdb_broker.hpp"
 #include "sha256.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;
+using q::testing::error_of;
 
 namespace {
 
 class FifoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/q-fifo-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     LmdbOptions options;
     options.open.path = (dir_ / "fifo.q").string();
     options.open.create = true;
@@ -35,7 +35,6 @@ class FifoTest : public ::testing::Test {
     // Whatever a test did, groups, heads and counters must still agree.
     if (broker_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
     broker_.reset();
-    fs::remove_all(dir_);
   }
 
   std::string send(const std::string& group, const std::string& body,
@@ -61,17 +60,9 @@ class FifoTest : public ::testing::Test {
     ASSERT_EQ(broker_->ack("orders", {m.receipt}).at(0).outcome, ReceiptOutcome::Done);
   }
 
-  ErrorKind error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.kind();
-    }
-    ADD_FAILURE() << "no error thrown";
-    return ErrorKind::Usage;
-  }
 
-  fs::path dir_;
+  q::testing::TempDir tmp_;
+  const fs::path& dir_ = tmp_.path();
   FakeClock clock_;
   std::uint64_t nonce_ = 0;
   std::unique_ptr<Broker> broker_;

@@ -5,23 +5,22 @@
 #include <filesystem>
 
 #include "error.hpp"
+#include "support.hpp"
 #include "lmdb_broker.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;
+using q::testing::error_of;
 
 namespace {
 
 class OperationsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/q-ops-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     broker_ = open((dir_ / "ops.q").string(), true);
   }
   void TearDown() override {
     broker_.reset();
-    fs::remove_all(dir_);
   }
   std::unique_ptr<Broker> open(const std::string& path, bool create = false) {
     LmdbOptions options;
@@ -55,17 +54,9 @@ class OperationsTest : public ::testing::Test {
     receive("orders");
   }
 
-  ErrorKind error_kind(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.kind();
-    }
-    ADD_FAILURE() << "no error thrown";
-    return ErrorKind::Usage;
-  }
 
-  fs::path dir_;
+  q::testing::TempDir tmp_;
+  const fs::path& dir_ = tmp_.path();
   FakeClock clock_;
   std::unique_ptr<Broker> broker_;
 };
@@ -110,7 +101,7 @@ TEST_F(OperationsTest, BackupIsACompleteUsableCopy) {
   auto copy = (dir_ / "backup.q").string();
   broker_->backup(copy);
   broker_->backup(copy);  // replacing an older backup is fine
-  EXPECT_EQ(error_kind([&] { broker_->backup((dir_ / "ops.q").string()); }), ErrorKind::Usage);
+  EXPECT_EQ(error_of([&] { broker_->backup((dir_ / "ops.q").string()); }), ErrorKind::Usage);
   auto restored = open(copy);
   EXPECT_EQ(restored->verify(), std::vector<std::string>{});
   auto a = broker_->stats("");
@@ -159,7 +150,7 @@ TEST_F(OperationsTest, ImportIntoFifoNeedsGroups) {
   populate();
   std::vector<Message> jobs;
   broker_->export_messages("jobs", [&](const Message& m) { jobs.push_back(m); });
-  EXPECT_EQ(error_kind([&] { broker_->import_messages("orders", jobs, false); }),
+  EXPECT_EQ(error_of([&] { broker_->import_messages("orders", jobs, false); }),
             ErrorKind::InvalidData);
   std::vector<Message> orders;
   broker_->export_messages("orders", [&](const Message& m) { orders.push_back(m); });
@@ -179,7 +170,7 @@ TEST_F(OperationsTest, DeadLetterShowDeleteAndRedriveElsewhere) {
   ASSERT_TRUE(found);
   EXPECT_EQ(found->reason, "broken");
   EXPECT_FALSE(broker_->find_dead_letter("jobs", "m999"));
-  EXPECT_EQ(error_kind([&] { broker_->find_dead_letter("jobs", "nope"); }), ErrorKind::InvalidData);
+  EXPECT_EQ(error_of([&] { broker_->find_dead_letter("jobs", "nope"); }), ErrorKind::InvalidData);
 
   broker_->create_queue("retry", {});
   RedriveOptions to;
@@ -195,10 +186,10 @@ TEST_F(OperationsTest, RedriveIntoFifoNeedsAGroup) {
   populate();
   RedriveOptions to_fifo;
   to_fifo.to = "orders";
-  EXPECT_EQ(error_kind([&] { broker_->redrive("jobs", to_fifo); }), ErrorKind::InvalidData);
+  EXPECT_EQ(error_of([&] { broker_->redrive("jobs", to_fifo); }), ErrorKind::InvalidData);
   EXPECT_EQ(broker_->stats("jobs").at(0).dead, 1u);
   to_fifo.to = "missing";
-  EXPECT_EQ(error_kind([&] { broker_->redrive("jobs", to_fifo); }), ErrorKind::NotFound);
+  EXPECT_EQ(error_of([&] { broker_->redrive("jobs", to_fifo); }), ErrorKind::NotFound);
 }
 
 TEST_F(OperationsTest, DeleteChosenDeadLetters) {

@@ -10,11 +10,13 @@
 #include <iterator>
 
 #include "error.hpp"
+#include "support.hpp"
 #include "lmdb_broker.hpp"
 #include "records.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;
+using q::testing::error_of;
 
 namespace {
 
@@ -26,8 +28,6 @@ std::string slurp(const fs::path& p) {
 class QueueTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/q-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     path_ = (dir_ / "test.q").string();
     broker_ = open(true);
   }
@@ -35,7 +35,6 @@ class QueueTest : public ::testing::Test {
     // Whatever a test did, the file must still be consistent.
     if (broker_ && verify_at_end_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
     broker_.reset();
-    fs::remove_all(dir_);
   }
 
   std::unique_ptr<Broker> open(bool create = false, Millis lock_timeout = 10 * kSecond) {
@@ -78,17 +77,9 @@ class QueueTest : public ::testing::Test {
     return broker_->ack(queue, {receipt}).at(0).outcome;
   }
 
-  ErrorKind error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.kind();
-    }
-    ADD_FAILURE() << "no error thrown";
-    return ErrorKind::Usage;
-  }
 
-  fs::path dir_;
+  q::testing::TempDir tmp_;
+  const fs::path& dir_ = tmp_.path();
   std::string path_;
   FakeClock clock_;
   std::uint64_t random_value_ = 0x0123456789abcdefULL;
