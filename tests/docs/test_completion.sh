@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Loads the completion of one shell in that real shell (bash, zsh or fish, as
+# Debian ships them) and checks what it offers against `q --help`:
+#
+#   test_completion.sh SOURCE_DIR BUILD_DIR PATH_TO_q SHELL
+#
+# - `q CMD -` offers exactly the options of every command and subcommand;
+# - `q ` and `q dlq ` offer exactly the subcommands;
+# - a QUEUE positional or option value offers the queue names of the file:
+#   $Q_FILE, or the -f/--file given earlier on the line (before or after the
+#   command, --file=X too);
+# - an option with a fixed set of values offers the set; one with a free value
+#   (a duration) offers nothing, not the commands;
+# - -f offers files; after `q work QUEUE --`, commands.
+source "$(dirname "$0")/lib.sh" "$@"
+SHELL_NAME=${4:?which shell: bash, zsh or fish}
+
+case $SHELL_NAME in
+  bash) need bash bash ;;
+  zsh) need zsh zsh ;;
+  fish) need fish fish ;;
+  *) die "unknown shell $SHELL_NAME" ;;
+esac
+
+# Two queue files; the completions find q on PATH, as a user's shell would.
+cd "$T" || die "cd $T"
+"$Q" -f "$T/A.q" create alpha && "$Q" -f "$T/A.q" create beta && "$Q" -f "$T/B.q" create gamma ||
+  die "cannot create the test queues"
+export Q_FILE=$T/A.q
+mkdir -p "$T/bin"
+ln -s "$Q" "$T/bin/q"
+export PATH=$T/bin:$PATH
+
+# cases: "LINE<TAB>MODE<TAB>EXPECTED" (EXPECTED words separated by blanks);
+# MODE "=" (exactly these) or "has" (at least these).
+cases=$T/cases
+: >"$cases"
+add() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$cases"; }
+
+while IFS= read -r path; do
+  words=${path#q}
+  add "q${words} -" = "$(opt_names "$path" | tr '\n' ' ')"
+  s=$(subs "$path" | tr '\n' ' ')
+  [[ -n $s ]] && add "q${words} " = "$s"
+  first=$(positionals "$path" | head -n 1)
+  [[ $first == QUEUE && -z $s ]] && add "q${words} " = "alpha beta"
+  # Option values: fixed sets, queues, and a free value (nothing offered).
+  while IFS=$'\t' read -r names label flags; do
+    [[ $flags == *v* ]] || continue
+    long=${names##*,}
+    values=$(awk -F'\t' -v p="$path" -v n="$names" '$1 == "opt" && $2 == p && $3 == n { print $6 }' "$SPEC")
+    prefix="q${words}"
+    [[ $first == QUEUE ]] && prefix+=" alpha"
+    if [[ $values != - ]]; then
+      add "$prefix $long " = "${values//,/ }"
+    elif [[ $label == QUEUE ]]; then
+      add "$prefix $long " = "alpha beta"
+    fi
+  done < <(opt_entries "$path")
+  if positionals "$path" | grep -qx COMMAND; then
+    add "q${words} alpha -- tru" has "true"
+  fi
+done < <(paths)
+
+add "q --lock-timeout " = ""
+add "q cre" = "create"
+add "q -f B.q send " = "gamma"
+add "q --file B.q send " = "gamma"
+add "q --file=B.q stats " = "gamma"
+add "q send -f B.q " = "gamma"
+add "q -fB.q send " = "gamma"
+add "q --no-sync send " = "alpha beta"
+add "q send alpha " = ""
+add "q -f ./A." has "A.q"
+
+# Ask the shell.
+cut -f1 "$cases" >"$T/lines"
+case $SHELL_NAME in
+  bash) bash --norc --noprofile "$SRC/tests/docs/complete.bash" "$SRC/completions/q.bash" \
+          <"$T/lines" >"$T/answers" ;;
+  zsh) timeout 120 zsh -f "$SRC/tests/docs/complete.zsh" "$SRC/completions" <"$T/lines" >"$T/answers" ;;
+  fish) HOME=$T timeout 120 fish --no-config "$SRC/tests/docs/complete.fish" "$SRC/completions" \
+          <"$T/lines" >"$T/answers" ;;
+esac
+rc=$?
+((rc == 0)) || die "$SHELL_NAME did not answer (exit $rc)"
+
+# Check each answer.
+n=0
+while IFS=$'\t' read -r line mode want; do
+  n=$((n + 1))
+  got=$(awk -v want="$line" '
+    !inside && $0 == want { inside = 1; next }
+    inside && $0 == "--end" { exit }
+    inside { sub(/^  /, ""); sub(/^\.\//, ""); print }' "$T/answers" | sort -u)
+  want=$(tr ' ' '\n' <<<"$want" | sed '/^$/d' | sort -u)
+  if [[ $mode == = ]]; then
+    same_set "$SHELL_NAME: '$line'" "$want" "$got" >/dev/null
+  else
+    for w in $want; do
+      grep -qxF -- "$w" <<<"$got" || fail "$SHELL_NAME: '$line': $w is not offered (got: $(echo $got))"
+    done
+  fi
+done <"$cases"
+
+echo "$SHELL_NAME: $n command lines checked"
