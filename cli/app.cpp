@@ -86,13 +86,14 @@ namespace {
 constexpr const char* kFooter = R"(Queue file: -f/--file, else $Q_FILE, else
   ${XDG_DATA_HOME:-$HOME/.local/share}/q/default.q
 
-Durations: 500ms, 30s, 5m, 2h, 4d, or a bare number of seconds.
+Durations: 500ms, 30s, 5m, 2h, 4d, combinations like 1h30m, or a bare number of
+  seconds. Rates: 50/s, 3000/m, 10/h.
 Times: RFC 3339 (2026-11-30T08:00:00Z) or @UNIX_SECONDS.
 
 Exit codes:
    0  success
    1  nothing to receive
-   3  stale receipt (the message was redelivered, acked or dead-lettered)
+   3  stale receipt (the message was redelivered, acked, released or dead-lettered)
    4  q work: at least one message failed (released for a retry or dead-lettered)
       (q check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
   64  usage error

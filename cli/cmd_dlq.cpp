@@ -94,7 +94,9 @@ void add_dlq(CLI::App& app, Context& ctx) {
       "list", "List dead letters, oldest first: id, age, receive count, reason and a body "
               "preview (--json: whole records; --by-reason: counts per reason)");
   list->add_option("QUEUE", f->queue, "Queue whose dead letters to list")->required();
-  list->add_option("-n,--max", f->max, "List at most N")->type_name("N");
+  list->add_option("-n,--max", f->max, "List at most N")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, SIZE_MAX));
   list->add_flag("--json", f->json, "One JSON object a line with the whole record");
   list->add_flag("--by-reason", f->by_reason, "Count the dead letters per reason, most first");
   add_dead_filter_flags(list, f->filter);

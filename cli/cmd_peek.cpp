@@ -34,7 +34,9 @@ void add_peek(CLI::App& app, Context& ctx) {
               "change): ID, STATE, RECEIVE_COUNT, BODY separated by tabs");
   if (!ctx.wants("peek")) return;
   cmd->add_option("QUEUE", f->queue, "Queue to look at")->required();
-  cmd->add_option("-n,--max", f->max, "Show up to N messages (default 10)")->type_name("N");
+  cmd->add_option("-n,--max", f->max, "Show up to N messages (default 10)")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
   cmd->add_flag("--json", f->json, "One JSON object a line, with the message's state");
   cmd->callback([f, &ctx] { run_peek(*f, ctx); });
 }

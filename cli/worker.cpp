@@ -189,6 +189,9 @@ class Worker {
       wait_for_events(now);
     }
     finish_progress();
+    // Stopped by a signal: a clean stop, whatever failed before it (a service
+    // manager must not count it as a failure). Otherwise say if anything failed.
+    if (stopped_by_signal_) return 0;
     return failed_ + dead_lettered_ > 0 ? kSomeFailed : 0;
   }
 
@@ -230,11 +233,14 @@ class Worker {
     return !messages.empty();
   }
 
+  // Only with --idempotency-key ATTR: the attribute's value, or the dedup id
+  // of a message without that attribute. Never by default: a message re-sent
+  // on purpose with an old dedup id must not be skipped unasked.
   std::string idempotency_key(const q::Message& m) const {
+    if (o_.idempotency_attribute.empty()) return {};
     std::string key = m.dedup_id;
-    if (!o_.idempotency_attribute.empty())
-      for (const auto& [k, v] : m.attributes)
-        if (k == o_.idempotency_attribute) key = v;
+    for (const auto& [k, v] : m.attributes)
+      if (k == o_.idempotency_attribute) key = v;
     if (key.size() > q::kMaxIdempotencyKey) {
       note(fmt::format("message {}: idempotency key longer than {} bytes, not used", m.id,
                        q::kMaxIdempotencyKey));
@@ -465,6 +471,7 @@ class Worker {
 
   void handle_signals(Millis now) {
     if (g_stop_signals == 0) return;
+    stopped_by_signal_ = true;
     if (g_stop_signals >= 2) {
       // Stop at once: the messages come back when their leases run out.
       for (auto& [pid, job] : jobs_) ::kill(-job.pid, SIGTERM);
@@ -595,7 +602,7 @@ class Worker {
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
   std::map<pid_t, Job> jobs_;
-  bool stopping_ = false, stop_now_ = false;
+  bool stopping_ = false, stop_now_ = false, stopped_by_signal_ = false;
   Millis stop_deadline_ = INT64_MAX;
   std::uint64_t taken_ = 0, done_ = 0, failed_ = 0, dead_lettered_ = 0, skipped_ = 0,
                 released_ = 0;
