@@ -719,9 +719,13 @@ class LmdbBroker final : public Broker {
         (*options.visibility_timeout < 0 || *options.visibility_timeout > kMaxVisibilityTimeout))
       throw Error(ErrorKind::Usage, "--visibility-timeout: must be between 0s and 12h");
     const Millis deadline = clock_->now() + std::max<Millis>(options.wait, 0);
+    // Wait on the file's doorbell; watch the file itself only where the bell
+    // cannot be had.
+    store::Bell* bell = options.wait > 0 ? env_->bell() : nullptr;
     std::unique_ptr<FileWatch> watch;
-    if (options.wait > 0) watch = std::make_unique<FileWatch>(env_->path());
+    if (options.wait > 0 && !bell) watch = std::make_unique<FileWatch>(env_->path());
     for (;;) {
+      std::uint32_t rings = bell ? bell->rings() : 0;  // before looking: no lost wake-up
       // Look first without the writer lock: an idle receiver must not write,
       // or every waiting receiver would wake every other one.
       Millis next_due = next_delivery(queue, options.rate_limited);
@@ -732,8 +736,12 @@ class LmdbBroker final : public Broker {
         // Another consumer was faster, or what was due went to the dead-letter queue.
       }
       now = clock_->now();
-      if (now >= deadline || !watch) return {};
-      watch->wait(std::min(deadline, next_due) - now);
+      if (now >= deadline || options.wait <= 0) return {};
+      Millis sleep = std::min(deadline, next_due) - now;
+      if (bell)
+        bell->wait(rings, sleep);
+      else
+        watch->wait(sleep);
     }
   }
 

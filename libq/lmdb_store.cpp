@@ -260,9 +260,19 @@ void Env::unlock_writer() { flock(fd_, LOCK_UN); }
 
 // LMDB's own writes reach the file before readers can see the transaction (the
 // reader table is updated after the last write), so a watcher woken by them
-// could look too early. Touching the file's times once the commit is visible
-// gives watchers (IN_ATTRIB) an event they can trust.
-void Env::announce_commit() { futimens(fd_, nullptr); }
+// could look too early: waiters are told only once the commit is visible.
+void Env::announce_commit() {
+  if (Bell* b = bell()) b->ring();
+  futimens(fd_, nullptr);
+}
+
+Bell* Env::bell() {
+  if (!bell_tried_) {
+    bell_tried_ = true;
+    bell_ = Bell::open(options_.path);
+  }
+  return bell_.get();
+}
 
 void Env::fail(int rc, const std::string& doing) const {
   const std::string& path = options_.path;

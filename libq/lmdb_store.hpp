@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "bell.hpp"
 #include "clock.hpp"
 #include "error.hpp"
 
@@ -50,8 +51,11 @@ class Env {
   // forever, even for a stopped process).
   void lock_writer();
   void unlock_writer();
-  // Tells processes watching the file (inotify IN_ATTRIB) that a commit is visible.
+  // Tells waiting processes that a commit is visible: rings the bell
+  // (FILE-wake) and touches the file's times for inotify watchers (IN_ATTRIB).
   void announce_commit();
+  // The doorbell of this file, opened on first use; nullptr when unavailable.
+  Bell* bell();
 
   [[noreturn]] void fail(int rc, const std::string& doing) const;
 
@@ -64,6 +68,8 @@ class Env {
   void init_databases(bool may_initialize);
 
   OpenOptions options_;
+  std::unique_ptr<Bell> bell_;
+  bool bell_tried_ = false;
   MDB_env* env_ = nullptr;
   int fd_ = -1;
   Databases db_{};

@@ -897,14 +897,16 @@ TEST_F(QueueTest, FilesAreCreatedWithUmaskPermissions) {
   broker_.reset();
   path_ = (dir_ / "shared.q").string();
   mode_t old = umask(002);
-  open(true);
+  open(true)->create_queue("q", {});  // a commit also makes the doorbell, FILE-wake
   umask(old);
   EXPECT_EQ(fs::status(path_).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                 fs::perms::group_write | fs::perms::others_read);
-  EXPECT_EQ(fs::status(path_ + "-lock").permissions() & fs::perms::all,
-            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                fs::perms::group_write | fs::perms::others_read);
+  for (const char* companion : {"-lock", "-wake"})
+    EXPECT_EQ(fs::status(path_ + companion).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                  fs::perms::group_write | fs::perms::others_read)
+        << companion;
 }
 
 TEST_F(QueueTest, LongPollReturnsEmptyAfterTheWait) {
