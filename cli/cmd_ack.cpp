@@ -37,10 +37,10 @@ void run_ack(const AckFlags& f, Context& ctx) {
 
 void add_ack(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<AckFlags>();
+  if (!ctx.wants("ack")) return;
   auto* cmd = app.add_subcommand(
       "ack", "Acknowledge (delete) received messages by receipt; each receipt on its own. "
              "Exit 3 if any was stale, 65 if any was malformed");
-  if (!ctx.wants("ack")) return;
   cmd->add_option("QUEUE", f->queue, "Queue the messages came from")->required();
   cmd->add_option("RECEIPT", f->receipts, "Receipts; none: read them from stdin, one a line");
   cmd->callback([f, &ctx] { run_ack(*f, ctx); });

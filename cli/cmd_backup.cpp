@@ -9,20 +9,20 @@ namespace cli {
 
 void add_backup(CLI::App& app, Context& ctx) {
   auto target = std::make_shared<std::string>();
+  if (!ctx.wants("backup")) return;
   auto* cmd = app.add_subcommand(
       "backup", "Write a consistent, compacted copy of the queue file to FILE while producers "
                 "and consumers keep running (replaced atomically)");
-  if (!ctx.wants("backup")) return;
   cmd->add_option("FILE", *target, "Where the copy goes")->required();
   cmd->callback([target, &ctx] { ctx.open()->backup(*target); });
 }
 
 void add_verify(CLI::App& app, Context& ctx) {
+  if (!ctx.wants("verify")) return;
   auto* cmd = app.add_subcommand(
       "verify", "Check the whole queue file, read-only and safe while it is in use: every "
                 "record's checksum, every index entry, the counters. Exit 0 only when all is "
                 "consistent, else 74 with one line per problem");
-  if (!ctx.wants("verify")) return;
   cmd->callback([&ctx] {
     auto problems = ctx.open()->verify();
     for (const auto& p : problems) ctx.out += p + "\n";

@@ -146,10 +146,10 @@ void run_check(const CheckFlags& f, Context& ctx) {
 
 void add_check(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<CheckFlags>();
+  if (!ctx.wants("check")) return;
   auto* cmd = app.add_subcommand(
       "check", "Check queue health for monitoring: one status line with perfdata; exit 0 OK, "
                "1 WARNING, 2 CRITICAL, 3 UNKNOWN. Thresholds are CRIT or WARN,CRIT");
-  if (!ctx.wants("check")) return;
   cmd->add_option("QUEUE", f->queue, "Only this queue (default: every queue)");
   cmd->add_option("--max-dead", f->max_dead, "Dead letters above this are bad, like 0 or 0,10")
       ->type_name("[W,]C");

@@ -110,10 +110,10 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
 
 void add_create(CLI::App& app, Context& ctx) {
   auto create_flags = std::make_shared<SettingsFlags>();
+  if (!ctx.wants("create")) return;
   auto* create = app.add_subcommand(
       "create", "Create a queue (and the queue file when missing); an existing queue with "
                 "the same settings is fine");
-  if (!ctx.wants("create")) return;
   add_settings(create, *create_flags);
   create->add_flag("--fifo", create_flags->fifo,
                    "A FIFO queue: messages carry a --group and each group is delivered in send "
@@ -126,9 +126,9 @@ void add_create(CLI::App& app, Context& ctx) {
 
 void add_config(CLI::App& app, Context& ctx) {
   auto config_flags = std::make_shared<SettingsFlags>();
+  if (!ctx.wants("config")) return;
   auto* config = app.add_subcommand(
       "config", "Show a queue's settings, or change those given (they apply from now on)");
-  if (!ctx.wants("config")) return;
   add_settings(config, *config_flags);
   config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
   auto* fifo = config->add_flag("--fifo", config_flags->fifo,

@@ -9,9 +9,9 @@ namespace cli {
 
 void add_delete(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
+  if (!ctx.wants("delete")) return;
   auto* cmd = app.add_subcommand(
       "delete", "Delete a queue with all its messages and dead letters. Does not prompt");
-  if (!ctx.wants("delete")) return;
   cmd->add_option("QUEUE", *queue, "Queue to delete")->required();
   cmd->callback([queue, &ctx] {
     auto removed = ctx.open()->delete_queue(*queue);

@@ -85,8 +85,8 @@ void run_list(const DlqListFlags& f, Context& ctx) {
 }  // namespace
 
 void add_dlq(CLI::App& app, Context& ctx) {
-  auto* dlq = app.add_subcommand("dlq", "Inspect, delete or empty a queue's dead letters");
   if (!ctx.wants("dlq")) return;
+  auto* dlq = app.add_subcommand("dlq", "Inspect, delete or empty a queue's dead letters");
   dlq->require_subcommand(1);
 
   auto f = std::make_shared<DlqListFlags>();

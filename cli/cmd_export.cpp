@@ -109,10 +109,10 @@ q::Message parse_line(const std::string& line, std::size_t number) {
 
 void add_export(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
+  if (!ctx.wants("export")) return;
   auto* cmd = app.add_subcommand(
       "export", "Write every message of a queue, dead letters included, as JSON lines: id, "
                 "body (or body_base64), attributes, times, receive count, state");
-  if (!ctx.wants("export")) return;
   cmd->add_option("QUEUE", *queue, "Queue to export")->required();
   cmd->callback([queue, &ctx] {
     ctx.open()->export_messages(*queue, [&](const q::Message& m) { ctx.out += message_json(m, true); });
@@ -122,10 +122,10 @@ void add_export(CLI::App& app, Context& ctx) {
 void add_import(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
   auto create = std::make_shared<bool>(false);
+  if (!ctx.wants("import")) return;
   auto* cmd = app.add_subcommand(
       "import", "Read JSON lines as written by 'q export' from standard input into QUEUE, in "
                 "one transaction; ids are kept where free. Prints the ids, one a line");
-  if (!ctx.wants("import")) return;
   cmd->add_option("QUEUE", *queue, "Queue to import into")->required();
   cmd->add_flag("--create", *create, "Create the queue (standard, default settings) if missing");
   cmd->callback([queue, create, &ctx] {

@@ -9,8 +9,8 @@ namespace cli {
 
 void add_list(CLI::App& app, Context& ctx) {
   auto json = std::make_shared<bool>(false);
-  auto* cmd = app.add_subcommand("list", "List the queues of the file, one name a line");
   if (!ctx.wants("list")) return;
+  auto* cmd = app.add_subcommand("list", "List the queues of the file, one name a line");
   cmd->add_flag("--json", *json, "One {\"name\":..} object a line");
   cmd->callback([json, &ctx] {
     for (const auto& name : ctx.open()->list_queues())

@@ -32,10 +32,10 @@ void run_nack(const NackFlags& f, Context& ctx) {
 
 void add_nack(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<NackFlags>();
+  if (!ctx.wants("nack")) return;
   auto* cmd = app.add_subcommand(
       "nack", "Release a received message for another delivery: now, after --delay, or "
               "after a jittered --backoff. The receipt is spent");
-  if (!ctx.wants("nack")) return;
   cmd->add_option("QUEUE", f->queue, "Queue the message came from")->required();
   cmd->add_option("RECEIPT", f->receipt, "Receipt from 'q receive'")->required();
   auto* delay = cmd->add_option("--delay", f->delay, "Visible again after DUR (at most 12h)")

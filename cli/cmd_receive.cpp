@@ -41,12 +41,12 @@ void run_receive(const ReceiveFlags& f, Context& ctx) {
 
 void add_receive(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ReceiveFlags>();
+  if (!ctx.wants("receive")) return;
   auto* cmd = app.add_subcommand(
       "receive",
       "Receive messages: each is hidden for the visibility timeout and must be acked with "
       "its receipt. Prints ID, RECEIPT, RECEIVE_COUNT and BODY (escaped) separated by tabs, "
       "or --json. Exit 1 when there is nothing to receive");
-  if (!ctx.wants("receive")) return;
   cmd->add_option("QUEUE", f->queue, "Queue to receive from")->required();
   cmd->add_option("-n,--max", f->max, "Receive up to N messages (default 1)")
       ->type_name("N")

@@ -85,11 +85,11 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
 
 void add_redrive(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<RedriveFlags>();
+  if (!ctx.wants("redrive")) return;
   auto* cmd = app.add_subcommand(
       "redrive", "Move dead letters back into their queue (or --to another), oldest first, once "
                  "the bug is fixed; each keeps its id and starts again at receive count 0. "
                  "Prints the ids moved");
-  if (!ctx.wants("redrive")) return;
   cmd->add_option("QUEUE", f->queue, "Queue whose dead letters move")->required();
   cmd->add_option("--id", f->ids, "Move only this dead letter (repeatable)")
       ->type_name("ID")

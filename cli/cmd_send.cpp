@@ -61,10 +61,10 @@ void run_send(const SendFlags& f, Context& ctx) {
 
 void add_send(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<SendFlags>();
+  if (!ctx.wants("send")) return;
   auto* cmd = app.add_subcommand(
       "send", "Send a message (BODY, or standard input when BODY is absent or '-'); prints "
               "its id");
-  if (!ctx.wants("send")) return;
   cmd->add_option("QUEUE", f->queue, "Queue to send to")->required();
   cmd->add_option("BODY", f->body, "Message body, taken verbatim; '-' or absent: stdin");
   auto* lines = cmd->add_flag("--lines", f->lines,

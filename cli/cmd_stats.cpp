@@ -215,10 +215,10 @@ void run_stats(const StatsFlags& f, Context& ctx) {
 
 void add_stats(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<StatsFlags>();
+  if (!ctx.wants("stats")) return;
   auto* cmd = app.add_subcommand(
       "stats", "Show every queue (or one): visible, in flight, delayed, dead, age of the "
                "oldest message, and lifetime counters");
-  if (!ctx.wants("stats")) return;
   cmd->add_option("QUEUE", f->queue, "Only this queue");
   auto* json = cmd->add_flag("--json", f->json, "One JSON object a line per queue");
   auto* prom = cmd->add_flag("--prometheus", f->prometheus,

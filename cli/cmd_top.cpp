@@ -178,10 +178,10 @@ void run_top(const TopFlags& f, Context& ctx) {
 
 void add_top(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<TopFlags>();
+  if (!ctx.wants("top")) return;
   auto* cmd = app.add_subcommand(
       "top", "Live full-screen view of every queue: counts, in and out rates, depth sparkline, "
              "oldest message, time to empty. q or Ctrl-C quits");
-  if (!ctx.wants("top")) return;
   cmd->add_option("QUEUE", f->queue, "Only this queue");
   cmd->add_option("--interval", f->interval, "Refresh every DUR (default 1s)")->type_name("DUR");
   cmd->callback([f, &ctx] { run_top(*f, ctx); });

@@ -46,12 +46,12 @@ void run_work(const WorkFlags& f, Context& ctx) {
 
 void add_work(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<WorkFlags>();
+  if (!ctx.wants("work")) return;
   auto* cmd = app.add_subcommand(
       "work",
       "Run COMMAND once per message (body on stdin, Q_* variables in its environment): exit "
       "0 acks, 65 dead-letters at once, anything else retries with backoff. Exit 4 when any "
       "message failed");
-  if (!ctx.wants("work")) return;
   cmd->add_option("QUEUE", f->queue, "Queue to consume")->required();
   cmd->add_option("COMMAND", f->command, "Command and arguments, after '--'; no shell")
       ->required();

@@ -4,8 +4,9 @@
 #   cmake -S . -B build && cmake --build build && (cd build && cpack -G DEB)
 #
 # Depends comes from dpkg-shlibdeps (package dpkg-dev, which needs `file`):
-# libc6 and liblmdb0 (libstdc++ and libgcc are linked statically), plus the
-# liblmdb0 versions q accepts.
+# nothing for the default static q (Q_STATIC); with -DQ_STATIC=OFF, libc6 and
+# liblmdb0 (libstdc++ and libgcc are linked statically), plus the liblmdb0
+# versions q accepts.
 # tests/docs/test_deb.sh builds it and checks it.
 
 set(CPACK_GENERATOR "DEB" CACHE STRING "CPack generators")
@@ -38,7 +39,9 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # q refuses liblmdb 0.9.26 to 0.9.31 at run time (ITS#9278, README.md): the
 # package does not install with them. Added to what dpkg-shlibdeps finds.
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)")
+if(NOT Q_STATIC)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)")
+endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "jq")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPack builds the .deb (cmake/Packaging.cmake): its control fields are right
-# (Depends from dpkg-shlibdeps: libc6 and liblmdb0, with versions, and not
-# the liblmdb versions q refuses), its file
+# (Depends from dpkg-shlibdeps: none for the static q, else libc6 and liblmdb0
+# with versions, and not the liblmdb versions q refuses), its file
 # list is q, the man pages, the completions and the systemd units under /usr,
 # and, unpacked into a scratch root with dpkg -x, its q runs: --version names
 # the same version and file format as the built q.
@@ -28,12 +28,17 @@ version=$("$Q" --version | sed -n 's/^q \([^ ]*\) .*/\1/p')
 [[ $(basename "$deb") == "q_${version}_$(dpkg --print-architecture).deb" ]] || fail "file name $(basename "$deb")"
 [[ -n $(field Maintainer) ]] || fail "no Maintainer"
 [[ -n $(field Description) ]] || fail "no Description"
-depends=$(field Depends)
-grep -qE '(^|, )libc6 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned libc6: $depends"
-grep -qE '(^|, )liblmdb0 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned liblmdb0: $depends"
-grep -qF 'liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)' <<<"$depends" ||
-  fail "Depends does not keep out liblmdb 0.9.26 to 0.9.31, which q refuses: $depends"
-grep -q 'libstdc++' <<<"$depends" && fail "Depends has libstdc++ though q links it statically: $depends"
+depends=$(dpkg-deb --field "$deb" Depends)
+if file -L "$Q" | grep -q 'statically linked'; then
+  # The default build (Q_STATIC): nothing to depend on.
+  [[ -z $depends ]] || fail "a static q needs no Depends, got: $depends"
+else
+  grep -qE '(^|, )libc6 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned libc6: $depends"
+  grep -qE '(^|, )liblmdb0 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned liblmdb0: $depends"
+  grep -qF 'liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)' <<<"$depends" ||
+    fail "Depends does not keep out liblmdb 0.9.26 to 0.9.31, which q refuses: $depends"
+  grep -q 'libstdc++' <<<"$depends" && fail "Depends has libstdc++ though q links it statically: $depends"
+fi
 
 # The file list: what `cmake --install --prefix /usr` installs, nothing else.
 dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }' | sort >"$T/files"
