@@ -33,6 +33,10 @@ using store::Txn;
 // transactions that run anyway; the bound keeps any one of them short.
 constexpr std::size_t kExpireBatch = 1000;
 
+// Sends of at least this many messages first commit a small change (see
+// commit_small_change).
+constexpr std::size_t kBulkSend = 1000;
+
 std::string_view bytes_of(const std::uint64_t& v) {
   return {reinterpret_cast<const char*>(&v), sizeof v};
 }
@@ -616,6 +620,7 @@ class LmdbBroker final : public Broker {
                                const SendOptions& options) override {
     check_queue_name(queue);
     for (const auto& m : messages) check_outgoing(queue, m);
+    if (messages.size() >= kBulkSend) commit_small_change(queue);
     Txn txn(*env_, Txn::Write);
     auto existing = load(txn, queue);
     if (!existing) {
@@ -1166,6 +1171,20 @@ class LmdbBroker final : public Broker {
  private:
   const store::Databases& db() const { return env_->db(); }
 
+  // LMDB never reuses in a transaction the pages the one before it freed (that
+  // snapshot must survive a crash). A bulk send right after a drain would grow
+  // the file by every page the drain's last ack freed; one small commit first
+  // makes them reusable.
+  void commit_small_change(const std::string& queue) {
+    Txn txn(*env_, Txn::Write);
+    auto rec = load(txn, queue);
+    if (!rec) return;
+    QueueView view(txn, db(), queue, std::move(*rec), clock_->now());
+    view.maintain();
+    view.save();
+    txn.commit();
+  }
+
   std::optional<QueueRecord> load(Txn& txn, const std::string& queue) {
     check_queue_name(queue);
     auto bytes = txn.get(db().queues, queue);
@@ -1386,6 +1405,7 @@ class LmdbBroker final : public Broker {
   std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
+    const std::string before = store::encode(view.rec);
     view.maintain();
     const auto& config = view.rec.config;
     Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
@@ -1492,6 +1512,10 @@ class LmdbBroker final : public Broker {
       for (auto& [group, edit] : taken) edit.done();
     }
     if (options.rate_limited) view.rate_take(out.size());
+    // Another consumer was faster: when nothing moved, commit nothing. A
+    // durable commit costs a sync and wakes every waiting receiver. (Expired
+    // dedup or done keys that maintain() dropped are dropped again next time.)
+    if (out.empty() && store::encode(view.rec) == before) return out;
     view.save();
     txn.commit();
     return out;

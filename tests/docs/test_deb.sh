@@ -29,7 +29,7 @@ version=$("$Q" --version | sed -n 's/^q \([^ ]*\) .*/\1/p')
 [[ -n $(field Maintainer) ]] || fail "no Maintainer"
 [[ -n $(field Description) ]] || fail "no Description"
 depends=$(dpkg-deb --field "$deb" Depends)
-if file -L "$Q" | grep -q 'statically linked'; then
+if file -L "$Q" | grep -qE 'statically linked|static-pie linked'; then
   # The default build (Q_STATIC): nothing to depend on.
   [[ -z $depends ]] || fail "a static q needs no Depends, got: $depends"
 else
