@@ -383,6 +383,7 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   std::memcpy(&q.config.rate, &rate_bits, 8);
   q.rate_tat_us = r.i64();
   std::uint8_t kind = r.u8();
+  if (kind & ~3u) return std::nullopt;  // bits this format does not define
   q.config.fifo = kind & 1;
   q.config.content_dedup = kind & 2;
   q.groups = r.u64();

@@ -47,7 +47,11 @@ std::optional<Millis> parse_duration(std::string_view s) {
   std::int64_t number = 0;
   std::string_view rest = s;
   if (!read_number(rest, number)) return std::nullopt;
-  if (rest.empty()) return number * kSecond;  // bare seconds
+  constexpr std::int64_t kLimit = std::int64_t{1} << 53;  // exact in a double, far past any use
+  if (rest.empty()) {  // bare seconds
+    if (number > kLimit / kSecond) return std::nullopt;
+    return number * kSecond;
+  }
   Millis total = 0;
   rest = s;
   while (!rest.empty()) {
@@ -63,7 +67,7 @@ std::optional<Millis> parse_duration(std::string_view s) {
     } else {
       return std::nullopt;
     }
-    if (number > (std::int64_t{1} << 53) / unit) return std::nullopt;
+    if (number > kLimit / unit || total > kLimit - number * unit) return std::nullopt;
     total += number * unit;
   }
   return total;

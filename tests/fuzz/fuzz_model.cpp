@@ -1,0 +1,548 @@
+// Model-based fuzzer: an input is a program of queue operations (send, receive,
+// ack, nack, extend, dead-letter, time passing, redrive, purge) run against libq
+// (the LMDB backend, with a fake clock) and against a small in-memory model of
+// the documented semantics of a standard queue. After every step the results
+// (ids, bodies, receive counts, errors, receipt outcomes) and the whole
+// observable state (stats, peek, dead letters) must agree; a disagreement
+// prints the program so far and aborts.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bytes.hpp"
+#include "error.hpp"
+#include "lmdb_broker.hpp"
+#include "records.hpp"
+
+namespace {
+
+using namespace q;
+
+struct MMsg {
+  std::uint64_t seq = 0;
+  std::string body;
+  Millis sent_at = 0, visible_at = 0, available_at = 0;
+  bool leased = false, delayed = false;
+  std::uint32_t receive_count = 0;
+  std::string receipt;  // the current one; empty: none
+  Millis first_received_at = 0, last_received_at = 0;
+  std::string reason;
+  Millis dead_at = 0;
+};
+
+// The model: what README.md and ARCHITECTURE.md promise, written plainly.
+struct Model {
+  QueueConfig config;
+  Millis now = 0;
+  std::map<std::uint64_t, MMsg> live, dead;
+  std::map<std::string, std::pair<std::uint64_t, Millis>> dedup;
+  QueueCounters counters;
+  std::uint64_t next_seq = 1;
+
+  MMsg* by_receipt(const std::string& receipt) {
+    auto parsed = store::parse_receipt(receipt);
+    if (!parsed) return nullptr;
+    auto it = live.find(parsed->seq);
+    if (it == live.end() || it->second.receipt != receipt) return nullptr;
+    return &it->second;
+  }
+  // The kind of error current_delivery would throw, if any.
+  std::optional<ErrorKind> receipt_error(const std::string& receipt) {
+    if (!store::parse_receipt(receipt)) return ErrorKind::InvalidData;
+    if (!by_receipt(receipt)) return ErrorKind::Stale;
+    return std::nullopt;
+  }
+  void to_dead(MMsg& m, std::string reason) {
+    MMsg d = m;
+    d.leased = d.delayed = false;
+    d.receipt.clear();
+    d.dead_at = now;
+    d.reason = std::move(reason);
+    dead[d.seq] = d;
+    live.erase(m.seq);
+    ++counters.dead_lettered;
+  }
+  // The next visible message: smallest (visible_at, seq); not one this receive
+  // already delivered (with a visibility timeout of 0 it is visible again at once).
+  MMsg* next_visible(const std::set<std::uint64_t>& taken = {}) {
+    MMsg* best = nullptr;
+    for (auto& [seq, m] : live)
+      if (m.visible_at <= now && !taken.count(seq) &&
+          (!best || std::tie(m.visible_at, m.seq) < std::tie(best->visible_at, best->seq)))
+        best = &m;
+    return best;
+  }
+};
+
+[[noreturn]] void disagree(const std::vector<std::string>& trace, const std::string& what) {
+  std::fprintf(stderr, "fuzz_model: libq and the model disagree: %s\nprogram:\n", what.c_str());
+  for (const auto& step : trace) std::fprintf(stderr, "  %s\n", step.c_str());
+  std::abort();
+}
+
+const std::string& tmp_dir() {
+  // Never destroyed: the exit handler that removes it runs after static destructors.
+  static const std::string* dir = [] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "q-fuzz-model-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) std::abort();
+    auto* d = new std::string(tmpl);
+    std::atexit([] { std::error_code ec; std::filesystem::remove_all(tmp_dir(), ec); });
+    return d;
+  }();
+  return *dir;
+}
+
+const char* kind_name(std::optional<ErrorKind> k) {
+  if (!k) return "ok";
+  switch (*k) {
+    case ErrorKind::Usage: return "Usage";
+    case ErrorKind::InvalidData: return "InvalidData";
+    case ErrorKind::NotFound: return "NotFound";
+    case ErrorKind::Stale: return "Stale";
+    case ErrorKind::Full: return "Full";
+    case ErrorKind::Busy: return "Busy";
+    case ErrorKind::Io: return "Io";
+    case ErrorKind::Permission: return "Permission";
+  }
+  return "?";
+}
+
+class Run {
+ public:
+  explicit Run(qfuzz::Bytes& in) : in_(in) {}
+
+  void go() {
+    std::string path = tmp_dir() + "/model.q";
+    std::filesystem::remove(path);
+    std::filesystem::remove(path + "-lock");
+    LmdbOptions options;
+    options.open.path = path;
+    options.open.create = true;
+    options.open.durable = false;
+    options.clock = &clock_;
+    options.random = [this] { return ++nonce_; };
+    broker_ = open_lmdb_broker(options);
+
+    // The queue's settings come from the input too.
+    ConfigChange change;
+    static const Millis vts[] = {0, 1000, 5000, 30000};
+    static const std::uint32_t max_receives[] = {0, 1, 2, 3, 5};
+    static const std::uint64_t depths[] = {0, 0, 3, 10};
+    static const Millis windows[] = {300000, 10000};
+    change.visibility_timeout = vts[in_.below(4)];
+    change.max_receives = max_receives[in_.below(5)];
+    change.max_depth = depths[in_.below(4)];
+    change.dedup_window = windows[in_.below(2)];
+    broker_->create_queue("m", change);
+    m_.config = apply(QueueConfig{}, change);
+    trace_.push_back(fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={}",
+                                 *change.visibility_timeout, *change.max_receives,
+                                 *change.max_depth, *change.dedup_window));
+
+    for (int step = 0; step < 400 && !in_.empty(); ++step) {
+      m_.now = clock_.now();
+      switch (in_.below(12)) {
+        case 0: case 1: send(); break;
+        case 2: case 3: receive(); break;
+        case 4: ack(); break;
+        case 5: nack(); break;
+        case 6: extend(); break;
+        case 7: case 8: advance(); break;
+        case 9: redrive(); break;
+        case 10: dead_letter(); break;
+        case 11: if (in_.below(4) == 0) purge(); else advance(); break;
+      }
+      compare_state();
+    }
+    broker_.reset();
+  }
+
+ private:
+  // ---- operations -----------------------------------------------------------
+  template <typename F>
+  std::optional<ErrorKind> attempt(F&& f) {
+    try {
+      f();
+      return std::nullopt;
+    } catch (const Error& e) {
+      last_error_ = e.what();
+      return e.kind();
+    }
+  }
+  void expect_kind(const char* op, std::optional<ErrorKind> got, std::optional<ErrorKind> want) {
+    if (got != want)
+      disagree(trace_, fmt::format("{}: libq says {} ({}), the model {}", op, kind_name(got),
+                                   got ? last_error_ : "", kind_name(want)));
+  }
+
+  std::string pick_receipt() {
+    // Mostly a receipt we were given (current or stale), sometimes a made-up one.
+    std::uint32_t r = in_.below(16);
+    if (!receipts_.empty() && r < 13) return receipts_[in_.below(static_cast<std::uint32_t>(receipts_.size()))];
+    if (r == 13) return "m1.0000000000000001";
+    if (r == 14) return "garbage";
+    return store::receipt(1 + in_.below(8), 1 + in_.below(4));
+  }
+
+  void send() {
+    std::uint32_t n = 1 + in_.below(3);
+    std::vector<OutgoingMessage> batch;
+    std::string dedup_id;
+    if (n == 1 && in_.below(3) == 0) dedup_id = fmt::format("d{}", in_.below(4));
+    for (std::uint32_t k = 0; k < n; ++k)
+      batch.push_back({fmt::format("b{}-{}", body_counter_++, in_.below(100)), {}, dedup_id, ""});
+    SendOptions options;
+    Millis delay = 0;
+    if (in_.below(4) == 0) {
+      static const Millis delays[] = {0, 1, 1000, 30000};
+      delay = delays[in_.below(4)];
+      options.delay = delay;
+    }
+    trace_.push_back(fmt::format("t={} send {} message(s){}{}", m_.now, n,
+                                 dedup_id.empty() ? "" : " dedup " + dedup_id,
+                                 options.delay ? fmt::format(" delay {}", delay) : ""));
+    std::vector<std::string> bodies;
+    for (auto& m : batch) bodies.push_back(m.body);
+
+    // The model.
+    std::optional<ErrorKind> want;
+    std::vector<SendResult> expected;
+    std::optional<std::uint64_t> dup;
+    if (!dedup_id.empty()) {
+      auto it = m_.dedup.find(dedup_id);
+      if (it != m_.dedup.end() && it->second.second > m_.now) dup = it->second.first;
+    }
+    std::uint64_t fresh = dup ? 0 : n;
+    if (m_.config.max_depth != 0 && m_.live.size() + fresh > m_.config.max_depth)
+      want = ErrorKind::Full;
+
+    std::vector<SendResult> got;
+    auto kind = attempt([&] { got = broker_->send("m", batch, options); });
+    expect_kind("send", kind, want);
+    if (kind) return;
+    if (dup) {
+      expected.push_back({store::message_id(*dup), true});
+      ++m_.counters.deduplicated;
+    } else {
+      for (auto& body : bodies) {
+        MMsg msg;
+        msg.seq = m_.next_seq++;
+        msg.body = body;
+        msg.sent_at = m_.now;
+        msg.visible_at = msg.available_at = m_.now + delay;
+        msg.delayed = delay > 0;
+        m_.live[msg.seq] = msg;
+        if (!dedup_id.empty()) m_.dedup[dedup_id] = {msg.seq, m_.now + m_.config.dedup_window};
+        expected.push_back({store::message_id(msg.seq), false});
+        ++m_.counters.sent;
+      }
+    }
+    if (got.size() != expected.size())
+      disagree(trace_, fmt::format("send: {} results, the model {}", got.size(), expected.size()));
+    for (std::size_t k = 0; k < got.size(); ++k)
+      if (got[k].id != expected[k].id || got[k].duplicate != expected[k].duplicate)
+        disagree(trace_, fmt::format("send: result {} is {} (duplicate {}), the model {} ({})", k,
+                                     got[k].id, got[k].duplicate, expected[k].id,
+                                     expected[k].duplicate));
+  }
+
+  void receive() {
+    ReceiveOptions options;
+    options.max_messages = 1 + in_.below(4);
+    static const Millis vts[] = {-1, 0, 1000, 5000, 30000};
+    Millis vt = vts[in_.below(5)];
+    if (vt >= 0) options.visibility_timeout = vt;
+    Millis timeout = vt >= 0 ? vt : m_.config.visibility_timeout;
+    trace_.push_back(fmt::format("t={} receive -n {} vt {}", m_.now, options.max_messages, vt));
+
+    std::vector<Message> got;
+    auto kind = attempt([&] { got = broker_->receive("m", options); });
+    expect_kind("receive", kind, std::nullopt);
+
+    std::vector<MMsg> expected;
+    std::set<std::uint64_t> taken;
+    while (expected.size() < options.max_messages) {
+      MMsg* m = m_.next_visible(taken);
+      if (!m) break;
+      if (m_.config.max_receives != 0 && m->receive_count >= m_.config.max_receives) {
+        std::string reason = m->reason.empty()
+                                 ? fmt::format("not acknowledged after {} receives", m->receive_count)
+                                 : m->reason;
+        m_.to_dead(*m, reason);
+        continue;
+      }
+      m->receive_count += 1;
+      if (!m->first_received_at) m->first_received_at = m_.now;
+      m->last_received_at = m_.now;
+      m->visible_at = m_.now + timeout;
+      m->leased = true;
+      m->delayed = false;
+      ++m_.counters.received;
+      taken.insert(m->seq);
+      expected.push_back(*m);
+    }
+    if (got.size() != expected.size())
+      disagree(trace_, fmt::format("receive: {} messages, the model {}", got.size(), expected.size()));
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const auto& g = got[k];
+      const auto& e = expected[k];
+      if (g.id != store::message_id(e.seq) || g.body != e.body ||
+          g.receive_count != e.receive_count || g.visible_at != e.visible_at ||
+          g.last_received_at != e.last_received_at || g.first_received_at != e.first_received_at)
+        disagree(trace_, fmt::format("receive: message {} is {} '{}' count {} until {}, the model "
+                                     "{} '{}' count {} until {}",
+                                     k, g.id, g.body, g.receive_count, g.visible_at,
+                                     store::message_id(e.seq), e.body, e.receive_count,
+                                     e.visible_at));
+      auto parsed = store::parse_receipt(g.receipt);
+      if (!parsed || parsed->seq != e.seq || !seen_receipts_.insert(g.receipt).second)
+        disagree(trace_, fmt::format("receive: receipt {} of {} is malformed or not new", g.receipt, g.id));
+      m_.live[e.seq].receipt = g.receipt;
+      receipts_.push_back(g.receipt);
+    }
+  }
+
+  void ack() {
+    std::vector<std::string> receipts;
+    std::uint32_t n = 1 + in_.below(3);
+    for (std::uint32_t k = 0; k < n; ++k) receipts.push_back(pick_receipt());
+    trace_.push_back(fmt::format("t={} ack {}", m_.now, fmt::join(receipts, " ")));
+    std::vector<ReceiptResult> got;
+    auto kind = attempt([&] { got = broker_->ack("m", receipts); });
+    expect_kind("ack", kind, std::nullopt);
+    if (got.size() != receipts.size()) disagree(trace_, "ack: wrong number of results");
+    for (std::size_t k = 0; k < receipts.size(); ++k) {
+      ReceiptOutcome want = ReceiptOutcome::Done;
+      auto err = m_.receipt_error(receipts[k]);
+      if (err == ErrorKind::InvalidData) want = ReceiptOutcome::Malformed;
+      else if (err == ErrorKind::Stale) want = ReceiptOutcome::Stale;
+      else {
+        m_.live.erase(m_.by_receipt(receipts[k])->seq);
+        ++m_.counters.acked;
+      }
+      if (got[k].outcome != want)
+        disagree(trace_, fmt::format("ack {}: outcome {}, the model {} ({})", receipts[k],
+                                     static_cast<int>(got[k].outcome), static_cast<int>(want),
+                                     got[k].detail));
+    }
+  }
+
+  void nack() {
+    std::string receipt = pick_receipt();
+    NackOptions options;
+    static const Millis delays[] = {0, 0, 1, 1000, 20000, kMaxDelay + 1};
+    options.delay = delays[in_.below(6)];
+    if (in_.coin()) options.reason = fmt::format("why{}", in_.below(10));
+    trace_.push_back(fmt::format("t={} nack {} delay {} reason '{}'", m_.now, receipt,
+                                 options.delay, options.reason));
+    std::optional<ErrorKind> want;
+    if (options.delay < 0 || options.delay > kMaxDelay) want = ErrorKind::Usage;
+    else want = m_.receipt_error(receipt);
+    Millis got = 0;
+    auto kind = attempt([&] { got = broker_->nack("m", receipt, options); });
+    expect_kind("nack", kind, want);
+    if (kind) return;
+    MMsg* m = m_.by_receipt(receipt);
+    m->visible_at = m_.now + options.delay;
+    m->leased = false;
+    m->delayed = options.delay > 0;
+    m->receipt.clear();
+    if (!options.reason.empty()) m->reason = options.reason;
+    ++m_.counters.nacked;
+    if (got != m->visible_at)
+      disagree(trace_, fmt::format("nack: visible at {}, the model {}", got, m->visible_at));
+  }
+
+  void extend() {
+    std::string receipt = pick_receipt();
+    static const Millis bys[] = {0, 1000, 5000, 60000, kMaxVisibilityTimeout, kMaxVisibilityTimeout + 1};
+    Millis by = bys[in_.below(6)];
+    trace_.push_back(fmt::format("t={} extend {} by {}", m_.now, receipt, by));
+    std::optional<ErrorKind> want;
+    if (by < 0 || by > kMaxVisibilityTimeout) want = ErrorKind::Usage;
+    else want = m_.receipt_error(receipt);
+    MMsg* m = want ? nullptr : m_.by_receipt(receipt);
+    if (m && m_.now + by > m->last_received_at + kMaxVisibilityTimeout) want = ErrorKind::InvalidData;
+    Millis got = 0;
+    auto kind = attempt([&] { got = broker_->extend("m", receipt, by); });
+    expect_kind("extend", kind, want);
+    if (kind) return;
+    m->visible_at = m_.now + by;
+    m->leased = true;
+    m->delayed = false;
+    if (got != m->visible_at)
+      disagree(trace_, fmt::format("extend: until {}, the model {}", got, m->visible_at));
+  }
+
+  void dead_letter() {
+    std::string receipt = pick_receipt();
+    std::string reason = fmt::format("poison{}", in_.below(5));
+    trace_.push_back(fmt::format("t={} dead-letter {} '{}'", m_.now, receipt, reason));
+    auto want = m_.receipt_error(receipt);
+    auto kind = attempt([&] { broker_->dead_letter("m", receipt, reason); });
+    expect_kind("dead_letter", kind, want);
+    if (kind) return;
+    m_.to_dead(*m_.by_receipt(receipt), reason);
+  }
+
+  void advance() {
+    static const Millis steps[] = {1, 10, 999, 1000, 1001, 4999, 5000, 30000, 60000, 360000};
+    Millis by = steps[in_.below(10)];
+    trace_.push_back(fmt::format("t={} advance {} ms", m_.now, by));
+    clock_.advance(by);
+  }
+
+  void redrive() {
+    RedriveOptions options;
+    std::uint32_t how = in_.below(4);
+    std::optional<ErrorKind> want;
+    std::vector<std::uint64_t> chosen;
+    if (how == 0 && !m_.dead.empty()) {
+      // One by id (first, or a live message: not a dead letter).
+      auto seq = in_.coin() ? m_.dead.begin()->first : m_.next_seq + 5;
+      options.ids.push_back(store::message_id(seq));
+      if (m_.dead.count(seq)) chosen.push_back(seq);
+      else want = ErrorKind::NotFound;
+    } else {
+      if (how == 1) options.max = in_.below(3);
+      for (auto& [seq, d] : m_.dead) {
+        if (options.max && chosen.size() >= *options.max) break;
+        chosen.push_back(seq);
+      }
+    }
+    options.dry_run = in_.below(5) == 0;
+    trace_.push_back(fmt::format("t={} redrive ids [{}] max {} dry-run {}", m_.now,
+                                 fmt::join(options.ids, " "),
+                                 options.max ? static_cast<long>(*options.max) : -1L, options.dry_run));
+    if (!want && !options.dry_run && m_.config.max_depth != 0 &&
+        m_.live.size() + chosen.size() > m_.config.max_depth)
+      want = ErrorKind::Full;
+    std::vector<Message> got;
+    auto kind = attempt([&] { got = broker_->redrive("m", options); });
+    expect_kind("redrive", kind, want);
+    if (kind) return;
+    if (got.size() != chosen.size())
+      disagree(trace_, fmt::format("redrive: {} messages, the model {}", got.size(), chosen.size()));
+    for (std::size_t k = 0; k < chosen.size(); ++k)
+      if (got[k].id != store::message_id(chosen[k]) || got[k].body != m_.dead[chosen[k]].body)
+        disagree(trace_, fmt::format("redrive: {} is {}, the model {}", k, got[k].id,
+                                     store::message_id(chosen[k])));
+    if (options.dry_run) return;
+    for (auto seq : chosen) {
+      MMsg m = m_.dead[seq];
+      m_.dead.erase(seq);
+      m.visible_at = m.available_at = m_.now;
+      m.receive_count = 0;
+      m.first_received_at = m.last_received_at = 0;
+      m.reason.clear();
+      m.receipt.clear();
+      m.leased = m.delayed = false;
+      m.dead_at = 0;
+      m_.live[seq] = m;
+      ++m_.counters.redriven;
+    }
+  }
+
+  void purge() {
+    trace_.push_back(fmt::format("t={} purge", m_.now));
+    std::uint64_t got = 0;
+    auto kind = attempt([&] { got = broker_->purge("m"); });
+    expect_kind("purge", kind, std::nullopt);
+    if (got != m_.live.size())
+      disagree(trace_, fmt::format("purge removed {}, the model {}", got, m_.live.size()));
+    m_.live.clear();
+  }
+
+  // ---- the observable state --------------------------------------------------
+  void compare_state() {
+    m_.now = clock_.now();
+    auto stats = broker_->stats("m").at(0);
+    std::uint64_t visible = 0, in_flight = 0, delayed = 0;
+    std::optional<Millis> oldest_available;
+    for (auto& [seq, m] : m_.live) {
+      if (m.visible_at <= m_.now) ++visible;
+      else if (m.leased) ++in_flight;
+      else ++delayed;
+      if (!oldest_available || m.available_at < *oldest_available) oldest_available = m.available_at;
+    }
+    std::optional<Millis> oldest_age;
+    if (oldest_available && *oldest_available <= m_.now) oldest_age = m_.now - *oldest_available;
+    const auto& c = stats.counters;
+    const auto& w = m_.counters;
+    auto line = [](auto... v) { return fmt::format("{}", fmt::join(std::vector<std::uint64_t>{static_cast<std::uint64_t>(v)...}, ",")); };
+    std::string have = line(stats.visible, stats.in_flight, stats.delayed, stats.dead, c.sent,
+                            c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
+                            c.deduplicated);
+    std::string want = line(visible, in_flight, delayed, m_.dead.size(), w.sent, w.received,
+                            w.acked, w.nacked, w.dead_lettered, w.redriven, 0, w.deduplicated);
+    if (have != want)
+      disagree(trace_, fmt::format("stats (visible,in_flight,delayed,dead,sent,received,acked,"
+                                   "nacked,dead_lettered,redriven,expired,deduplicated) are {}, "
+                                   "the model {}",
+                                   have, want));
+    if (stats.oldest_age != oldest_age)
+      disagree(trace_, fmt::format("oldest age {}, the model {}", stats.oldest_age.value_or(-1),
+                                   oldest_age.value_or(-1)));
+
+    auto peek = broker_->peek("m", 100000);
+    if (peek.size() != m_.live.size())
+      disagree(trace_, fmt::format("peek shows {} messages, the model {}", peek.size(), m_.live.size()));
+    auto it = m_.live.begin();
+    for (const auto& g : peek) {
+      const auto& m = (it++)->second;
+      MessageState state = m.visible_at <= m_.now ? MessageState::Visible
+                           : m.leased             ? MessageState::InFlight
+                                                  : MessageState::Delayed;
+      if (g.id != store::message_id(m.seq) || g.body != m.body ||
+          g.receive_count != m.receive_count || g.state != state || g.visible_at != m.visible_at ||
+          g.sent_at != m.sent_at || g.reason != m.reason)
+        disagree(trace_, fmt::format("peek: {} '{}' count {} state {} visible {} reason '{}'; the "
+                                     "model {} '{}' count {} state {} visible {} reason '{}'",
+                                     g.id, g.body, g.receive_count, to_string(g.state),
+                                     g.visible_at, g.reason, store::message_id(m.seq), m.body,
+                                     m.receive_count, to_string(state), m.visible_at, m.reason));
+    }
+    auto dead = broker_->dead_letters("m", 100000);
+    if (dead.size() != m_.dead.size())
+      disagree(trace_, fmt::format("{} dead letters, the model {}", dead.size(), m_.dead.size()));
+    auto d = m_.dead.begin();
+    for (const auto& g : dead) {
+      const auto& m = (d++)->second;
+      if (g.id != store::message_id(m.seq) || g.body != m.body ||
+          g.receive_count != m.receive_count || g.reason != m.reason || g.dead_at != m.dead_at)
+        disagree(trace_, fmt::format("dead letter {} '{}' count {} reason '{}'; the model {} '{}' "
+                                     "count {} reason '{}'",
+                                     g.id, g.body, g.receive_count, g.reason,
+                                     store::message_id(m.seq), m.body, m.receive_count, m.reason));
+    }
+  }
+
+  qfuzz::Bytes& in_;
+  FakeClock clock_;
+  std::uint64_t nonce_ = 0;
+  std::unique_ptr<Broker> broker_;
+  Model m_;
+  std::vector<std::string> trace_;
+  std::vector<std::string> receipts_;
+  std::set<std::string> seen_receipts_;
+  std::string last_error_;
+  std::uint64_t body_counter_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  qfuzz::Bytes in(data, size);
+  Run run(in);
+  run.go();
+  return 0;
+}

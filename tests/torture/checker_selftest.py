@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The checker catches what it must: each planted fault in a small synthetic
+log must be reported as its violation, and the clean log must pass."""
+import json, os, subprocess, sys, tempfile
+
+CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checker.py")
+T0 = 1_800_000_000_000  # ms
+
+
+def iso(ms):
+    import datetime
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def send(body, mid, at, rc=0):
+    r = {"op": "send", "q": "t", "pid": 1, "t0": at * 1000, "t1": (at + 2) * 1000, "rc": rc,
+         "bodies": [body]}
+    if rc == 0:
+        r["out"] = [{"id": mid, "duplicate": False}]
+    return r
+
+
+def recv(mid, body, count, at, vt=1000, pid=2):
+    return {"op": "receive", "q": "t", "pid": pid, "t0": at * 1000, "t1": (at + 2) * 1000, "rc": 0,
+            "out": [{"id": mid, "receipt": f"{mid}.{count:016x}", "body": body, "receive_count": count,
+                     "visible_until": iso(at + 1 + vt), "last_received_at": iso(at + 1)}]}
+
+
+def ack(mid, count, at, rc=0, stale=()):
+    return {"op": "ack", "q": "t", "pid": 3, "t0": at * 1000, "t1": (at + 2) * 1000, "rc": rc,
+            "receipts": [f"{mid}.{count:016x}"], "stale": list(stale)}
+
+
+def final(dead=(), visible=0):
+    return [{"op": "dlq", "q": "t", "out": list(dead)},
+            {"op": "final_stats", "q": "t", "out": {"visible": visible, "in_flight": 0, "delayed": 0,
+                                                    "dead": len(dead), "expired": 0}}]
+
+
+def clean():
+    return [send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
+            send("b", "m2", T0), recv("m2", "b", 1, T0 + 10),
+            {"op": "abandon", "receipt": "m2.0000000000000001", "t0": (T0 + 15) * 1000},
+            recv("m2", "b", 2, T0 + 2000), ack("m2", 2, T0 + 2010)] + final()
+
+
+CASES = {
+    "clean": (clean(), None),
+    "lost": ([send("a", "m1", T0)] + final(), "lost"),
+    "lost-after-delivery": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                             {"op": "abandon", "receipt": "m1.0000000000000001", "t0": 0}] + final(), "lost"),
+    "invented": (clean()[:-2] + [recv("m9", "never-sent", 1, T0 + 50), ack("m9", 1, T0 + 60)] + final(),
+                 "invented"),
+    "failed-send-delivered": ([send("a", "m1", T0, rc=74), recv("m1", "a", 1, T0 + 10),
+                               ack("m1", 1, T0 + 20)] + final(), "invented"),
+    "lease-overlap": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=5000),
+                       {"op": "abandon", "receipt": "m1.0000000000000001", "t0": 0},
+                       recv("m1", "a", 2, T0 + 100), ack("m1", 2, T0 + 200)] + final(), "lease-overlap"),
+    "redelivered-after-ack": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
+                               recv("m1", "a", 2, T0 + 3000), ack("m1", 2, T0 + 3010)] + final(),
+                              "redelivered-after-ack"),
+    "unexplained-duplicate": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                               recv("m1", "a", 2, T0 + 3000), ack("m1", 2, T0 + 3010)] + final(),
+                              "unexplained-duplicate"),
+    "unseen-delivery-no-crash": ([send("a", "m1", T0), recv("m1", "a", 3, T0 + 10),
+                                  ack("m1", 3, T0 + 20)] + final(), "unexplained-duplicate"),
+    "not-drained": (clean()[:-2] + final(visible=3), "not-drained"),
+    "unexpected-exit": (clean() + [{"op": "receive", "q": "t", "pid": 9, "t0": 0, "t1": 0, "rc": 74}],
+                        "unexpected-exit"),
+    "one-body-two-ids": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
+                          recv("m2", "a", 1, T0 + 30), ack("m2", 1, T0 + 40)] + final(), "one-body-two-ids"),
+}
+
+failed = 0
+for name, (records, want) in CASES.items():
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "ops.jsonl"), "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        p = subprocess.run([sys.executable, CHECKER, d, "--json", os.path.join(d, "s.json")],
+                           capture_output=True, text=True)
+        summary = json.load(open(os.path.join(d, "s.json")))
+        if want is None:
+            ok = p.returncode == 0
+        else:
+            ok = p.returncode == 1 and summary["violations"].get(want, 0) > 0
+        if not ok:
+            failed += 1
+            print(f"checker_selftest: {name}: expected {want or 'a pass'}, got exit {p.returncode} "
+                  f"{summary['violations']}\n{p.stderr}", file=sys.stderr)
+print(f"checker_selftest: {len(CASES) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

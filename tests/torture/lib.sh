@@ -1,0 +1,366 @@
+# Shared machinery of the torture scenarios. Each scenario script does:
+#
+#   source "$(dirname "$0")/lib.sh" "$@"     # $1: path to the q binary
+#
+# and gets everything from tests/e2e/lib.sh ($Q, $T, $Q_FILE, fail, die, run,
+# assert_*), plus:
+#
+#   $MODE          short (default; CI) or long (TORTURE_MODE=long, `run --long`)
+#   $L             the directory of operation logs (*.jsonl) the checker reads
+#   $TORTURE_DIR   this directory
+#   long_or_short LONG SHORT      echo LONG in long mode, SHORT otherwise
+#   us                            microseconds since the epoch ($EPOCHREALTIME)
+#   qrun ARGS...                  run q in the background (so a killer can find it),
+#                                 wait; sets RC, QPID, T0, T1, and $QO/$QE (files)
+#   qlog FILE OP JSON_FIELDS      append {"op":OP,"q":..,"pid":..,"t0":..,"t1":..,"rc":..,FIELDS}
+#   producer N / consumer N / work_loop N / killer      the load (see below)
+#   start_load / stop_load        start the loops in the background, stop them
+#   drain                         receive and ack until several empty receives in a row,
+#                                 then log the dead letters and the final stats
+#   check [ARGS]                  run checker.py on $L; fails the test when it fails
+#   check_reader_table            no dead process in the LMDB reader table
+#
+# Logs and the queue file of a failed scenario are kept in
+# ${TORTURE_KEEP:-/tmp}/q-torture-NAME.XXXX for a post-mortem.
+
+TORTURE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../e2e/lib.sh
+source "$TORTURE_DIR/../e2e/lib.sh" "$@"
+
+MODE=${TORTURE_MODE:-short}
+L=$T/logs
+mkdir -p "$L"
+QUEUE=${QUEUE:-t}
+
+# Keep the evidence when a scenario fails.
+_torture_cleanup() {
+  local rc=$?
+  local n=0
+  [[ -s $_FAILS ]] && n=$(wc -l <"$_FAILS")
+  if ((n > 0 || rc != 0)); then
+    local keep
+    keep=$(mktemp -d "${TORTURE_KEEP:-/tmp}/q-torture-$TEST_NAME.XXXX")
+    cp -a "$T"/. "$keep"/ 2>/dev/null
+    echo "$TEST_NAME: logs and queue file kept in $keep" >&2
+  fi
+  _cleanup
+}
+trap _torture_cleanup EXIT
+
+# use_dynamic_q: for a scenario that preloads a shim or libfaketime. A static q
+# ignores LD_PRELOAD, and the scenario would pass without testing anything: run
+# the dynamically linked build of the same sources (TORTURE_Q_DYNAMIC, built by
+# tests/torture/CMakeLists.txt) instead, and refuse a static one.
+use_dynamic_q() {
+  local qd=${TORTURE_Q_DYNAMIC:-$Q}
+  [[ -x $qd ]] || die "TORTURE_Q_DYNAMIC ($qd) is not an executable"
+  ldd "$qd" 2>/dev/null | grep liblmdb >/dev/null ||
+    die "$qd is linked statically (or without a shared liblmdb): LD_PRELOAD cannot work on it; set TORTURE_Q_DYNAMIC to a dynamically linked q (tests/torture/run does)"
+  QD=$(cd "$(dirname "$qd")" && pwd)/$(basename "$qd")
+}
+
+long_or_short() { if [[ $MODE == long ]]; then echo "$1"; else echo "$2"; fi; }
+us() { echo "${EPOCHREALTIME/./}"; }
+
+# JSON string from arbitrary text (control characters dropped).
+json_str() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\t'/\\t}
+  s=$(tr -d '\000-\010\013-\037' <<<"$s")
+  printf '"%s"' "$s"
+}
+
+# The lines of a file (each already a JSON value) as a JSON array.
+json_lines_array() {
+  local -a lines=()
+  [[ -s $1 ]] && mapfile -t lines <"$1"
+  local IFS=,
+  printf '[%s]' "${lines[*]}"
+}
+
+# qrun ARGS...: q in the background, so the killer can find it among our children.
+# Standard input comes from $QIN when set (a file), else /dev/null.
+qrun() {
+  QO=$T/out.$BASHPID
+  QE=$T/err.$BASHPID
+  T0=${EPOCHREALTIME/./}
+  # QPRELOAD: an LD_PRELOAD for q alone (libfaketime in the clock scenario).
+  if [[ -n ${QIN:-} ]]; then
+    LD_PRELOAD=${QPRELOAD:-${LD_PRELOAD:-}} "$Q" "$@" <"$QIN" >"$QO" 2>"$QE" &
+  else
+    LD_PRELOAD=${QPRELOAD:-${LD_PRELOAD:-}} "$Q" "$@" </dev/null >"$QO" 2>"$QE" &
+  fi
+  QPID=$!
+  wait "$QPID" 2>/dev/null
+  RC=$?
+  T1=${EPOCHREALTIME/./}
+}
+
+# qlog FILE OP EXTRA: one record for the last qrun (EXTRA: more ,"k":v fields).
+qlog() {
+  local file=$1 op=$2 extra=${3:-}
+  local err=""
+  if ((RC != 0)) && [[ -s $QE ]]; then err=",\"err\":$(json_str "$(head -c 400 "$QE")")"; fi
+  printf '{"op":"%s","q":"%s","pid":%s,"t0":%s,"t1":%s,"rc":%s%s%s}\n' \
+    "$op" "$QUEUE" "$QPID" "$T0" "$T1" "$RC" "$extra" "$err" >>"$file"
+}
+
+# ---- the load ------------------------------------------------------------------------
+# Tunables (a scenario sets them before start_load):
+VT_CHOICES=(${VT_CHOICES:-1s})   # visibility timeouts of receives (one at random)
+BATCH_MAX=${BATCH_MAX:-3}    # receive -n 1..BATCH_MAX
+ABANDON_PCT=${ABANDON_PCT:-5}    # consumer "crashes": drops the delivery without an ack
+NACK_PCT=${NACK_PCT:-5}          # releases it (nack --delay 0..300ms)
+EXTEND_PCT=${EXTEND_PCT:-5}      # extends the lease, then acks
+SLOW_PCT=${SLOW_PCT:-5}          # works about one lease long (straddles the timeout), then acks
+SLOW_MS=${SLOW_MS:-1000}         # ... for SLOW_MS/2 .. SLOW_MS*3/2
+SEND_BATCH_PCT=${SEND_BATCH_PCT:-10}  # producers send 5 bodies with --lines
+RECEIVE_WAIT=${RECEIVE_WAIT:-100ms}
+WORK_J=${WORK_J:-2}
+STOP=$T/stop
+
+PRODUCER_PAUSE_MS=${PRODUCER_PAUSE_MS:-0}   # between sends
+producer() {
+  local p=$1 i=0 log=$L/producer.$1.jsonl bodies k
+  while [[ ! -e $STOP ]]; do
+    ((PRODUCER_PAUSE_MS > 0)) && sleep_ms $((RANDOM % (2 * PRODUCER_PAUSE_MS + 1)))
+    i=$((i + 1))
+    if ((RANDOM % 100 < SEND_BATCH_PCT)); then
+      bodies=()
+      for ((k = 0; k < 5; k++)); do bodies+=("p$p-$i-$k"); done
+      printf '%s\n' "${bodies[@]}" >"$T/in.$BASHPID"
+      QIN=$T/in.$BASHPID qrun send "$QUEUE" --lines --json
+    else
+      bodies=("p$p-$i")
+      qrun send "$QUEUE" "p$p-$i" --json
+    fi
+    local b
+    b=$(printf '"%s",' "${bodies[@]}")
+    if ((RC == 0)); then
+      qlog "$log" send ",\"bodies\":[${b%,}],\"out\":$(json_lines_array "$QO")"
+    else
+      qlog "$log" send ",\"bodies\":[${b%,}]"
+    fi
+  done
+}
+
+# ack_receipts LOG RECEIPT...: one q ack for all; stale ones are named on stderr.
+ack_receipts() {
+  local log=$1
+  shift
+  printf '%s\n' "$@" >"$T/in.$BASHPID"
+  QIN=$T/in.$BASHPID qrun ack "$QUEUE"
+  local stale=() line
+  if ((RC == 3)); then
+    while IFS= read -r line; do
+      [[ $line =~ receipt\ (m[0-9a-f]+\.[0-9a-f]{16}):\ stale ]] && stale+=("\"${BASH_REMATCH[1]}\"")
+    done <"$QE"
+  fi
+  local r s
+  r=$(printf '"%s",' "$@")
+  s=$(IFS=,; echo "${stale[*]}")
+  qlog "$log" ack ",\"receipts\":[${r%,}],\"stale\":[$s]"
+}
+
+sleep_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
+
+consumer() {
+  local c=$1 log=$L/consumer.$1.jsonl line receipts n vt roll r
+  while [[ ! -e $STOP ]]; do
+    n=$((1 + RANDOM % BATCH_MAX))
+    vt=${VT_CHOICES[RANDOM % ${#VT_CHOICES[@]}]}
+    qrun receive "$QUEUE" -n "$n" --json --visibility-timeout "$vt" --wait "$RECEIVE_WAIT"
+    if ((RC != 0)); then
+      qlog "$log" receive
+      continue
+    fi
+    qlog "$log" receive ",\"out\":$(json_lines_array "$QO")"
+    receipts=()
+    while IFS= read -r line; do
+      [[ $line =~ \"receipt\":\"([^\"]+)\" ]] && receipts+=("${BASH_REMATCH[1]}")
+    done <"$QO"
+    ((${#receipts[@]})) || continue
+    roll=$((RANDOM % 100))
+    if ((roll < ABANDON_PCT)); then
+      for r in "${receipts[@]}"; do
+        printf '{"op":"abandon","receipt":"%s","t0":%s}\n' "$r" "$(us)" >>"$log"
+      done
+    elif ((roll < ABANDON_PCT + NACK_PCT)); then
+      for r in "${receipts[@]}"; do
+        qrun nack "$QUEUE" "$r" --delay "$((RANDOM % 300))ms" --json
+        qlog "$log" nack ",\"receipt\":\"$r\""
+      done
+    elif ((roll < ABANDON_PCT + NACK_PCT + EXTEND_PCT)); then
+      for r in "${receipts[@]}"; do
+        qrun extend "$QUEUE" "$r" --by "${VT_CHOICES[RANDOM % ${#VT_CHOICES[@]}]}" --json
+        if ((RC == 0)); then
+          qlog "$log" extend ",\"receipt\":\"$r\",\"out\":$(<"$QO")"
+        else
+          qlog "$log" extend ",\"receipt\":\"$r\""
+        fi
+      done
+      sleep_ms $((RANDOM % 200))
+      ack_receipts "$log" "${receipts[@]}"
+    elif ((roll < ABANDON_PCT + NACK_PCT + EXTEND_PCT + SLOW_PCT)); then
+      sleep_ms $((SLOW_MS / 2 + RANDOM % (SLOW_MS + 1)))
+      ack_receipts "$log" "${receipts[@]}"
+    else
+      ack_receipts "$log" "${receipts[@]}"
+    fi
+  done
+}
+
+# q work with the logging handler, restarted whenever it dies (the killer).
+work_loop() {
+  local w=$1 pid
+  while [[ ! -e $STOP ]]; do
+    HANDLER_LOG=$L/work.$w.jsonl "$Q" work "$QUEUE" -j "$WORK_J" -q \
+      --visibility-timeout "${VT_CHOICES[0]}" --backoff-base 100ms --backoff-cap 500ms \
+      --grace 5s -- "$TORTURE_DIR/handler.sh" </dev/null >/dev/null 2>>"$L/work.$w.err" &
+    pid=$!
+    echo "$pid" >"$T/workpid.$w"
+    # Stop it gracefully (SIGTERM) once the load stops.
+    while kill -0 "$pid" 2>/dev/null; do
+      if [[ -e $STOP ]]; then
+        kill -TERM "$pid" 2>/dev/null
+        break
+      fi
+      sleep 0.1
+    done
+    wait "$pid" 2>/dev/null
+    local rc=$?
+    # 0, 4 (a handler failed), or killed: anything else is an error.
+    if ((rc != 0 && rc != 4 && rc < 128)); then
+      printf '{"op":"work_exit","pid":%s,"rc":%s,"t0":%s}\n' "$pid" "$rc" "$(us)" >>"$L/work.$w.jsonl"
+      echo "q work exited $rc" >>"$T/work_errors"
+    fi
+  done
+}
+
+LOAD_PIDS=()
+start_load() {
+  local producers=$1 consumers=$2 workers=${3:-0} i
+  rm -f "$STOP"
+  for ((i = 1; i <= producers; i++)); do producer "$i" & LOAD_PIDS+=($!); done
+  for ((i = 1; i <= consumers; i++)); do consumer "$i" & LOAD_PIDS+=($!); done
+  for ((i = 1; i <= workers; i++)); do work_loop "$i" 2>/dev/null & LOAD_PIDS+=($!); done
+}
+
+stop_load() {
+  touch "$STOP"
+  local pid
+  for pid in "${LOAD_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  LOAD_PIDS=()
+  [[ -s $T/work_errors ]] && fail "q work exited with unexpected codes: $(sort "$T/work_errors" | uniq -c | xargs)"
+  return 0
+}
+
+# The children of the load's loops that run q (and q work's commands), read
+# from /proc without forking (short-lived q processes come and go fast).
+_victims() {
+  VICTIMS=()
+  local loop pid comm kids=() grandkids=()
+  for loop in "${LOAD_PIDS[@]}"; do
+    # (read fails at the end of these files, which have no newline)
+    kids=()
+    read -r -a kids 2>/dev/null <"/proc/$loop/task/$loop/children"
+    for pid in "${kids[@]}"; do
+      # comm, not exe: stat of /proc/PID/exe of a starting q can stall for
+      # tens of ms on the lock of its 1 TiB map.
+      comm=""
+      read -r comm 2>/dev/null <"/proc/$pid/comm"
+      [[ $comm == q ]] || continue
+      VICTIMS+=("$pid")
+      grandkids=()
+      read -r -a grandkids 2>/dev/null <"/proc/$pid/task/$pid/children"
+      VICTIMS+=("${grandkids[@]}")
+    done
+  done
+}
+
+# killer SECONDS MIN_MS MAX_MS: every MIN..MAX ms, SIGKILL a random q process
+# (or q work's command) among the load's children, for SECONDS. Only processes
+# this test started, by pid. When none runs at that moment, it looks again
+# every few ms (up to 100 ms).
+killer() {
+  local seconds=$1 min=$2 max=$3 log=$L/killer.jsonl
+  local end=$((SECONDS + seconds)) pid what tries
+  while ((SECONDS < end)); do
+    sleep_ms $((min + RANDOM % (max - min + 1)))
+    for ((tries = 0; tries < 50; tries++)); do
+      _victims
+      if ((${#VICTIMS[@]} == 0)); then sleep 0.001; continue; fi
+      pid=${VICTIMS[RANDOM % ${#VICTIMS[@]}]}
+      local args=()
+      mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || continue
+      what="${args[*]:0:4}"
+      [[ -n $what ]] || continue
+      if kill -KILL "$pid" 2>/dev/null; then
+        printf '{"op":"kill","pid":%s,"t0":%s,"what":%s}\n' "$pid" "$(us)" "$(json_str "$what")" >>"$log"
+        break
+      fi
+    done
+  done
+}
+
+# drain [EMPTY_ROUNDS] [WAIT]: receive everything left and ack it; stop after
+# EMPTY_ROUNDS empty receives in a row, each waiting WAIT (longer than any lease
+# or delay, so what is in flight or delayed comes back in time).
+drain() {
+  local rounds=${1:-3} wait=${2:-2s} empty=0 log=$L/drain.jsonl line receipts
+  while ((empty < rounds)); do
+    qrun receive "$QUEUE" -n 100 --json --visibility-timeout 10m --wait "$wait"
+    if ((RC == 1)); then
+      qlog "$log" receive
+      empty=$((empty + 1))
+      continue
+    fi
+    if ((RC != 0)); then
+      qlog "$log" receive
+      fail "drain: q receive exited $RC: $(head -c 300 "$QE")"
+      return 1
+    fi
+    empty=0
+    qlog "$log" receive ",\"out\":$(json_lines_array "$QO")"
+    receipts=()
+    while IFS= read -r line; do
+      [[ $line =~ \"receipt\":\"([^\"]+)\" ]] && receipts+=("${BASH_REMATCH[1]}")
+    done <"$QO"
+    ack_receipts "$log" "${receipts[@]}"
+  done
+  qrun dlq list "$QUEUE" --json -n 1000000
+  ((RC == 0)) || fail "drain: q dlq list exited $RC: $(head -c 300 "$QE")"
+  printf '{"op":"dlq","q":"%s","out":%s}\n' "$QUEUE" "$(json_lines_array "$QO")" >>"$log"
+  qrun stats "$QUEUE" --json
+  ((RC == 0)) || fail "drain: q stats exited $RC: $(head -c 300 "$QE")"
+  printf '{"op":"final_stats","q":"%s","out":%s}\n' "$QUEUE" "$(<"$QO")" >>"$log"
+}
+
+# check [CHECKER ARGS]: the checker's verdict; its summary line is kept in $T/summary.json.
+check() {
+  if python3 "$TORTURE_DIR/checker.py" "$L" --json "$T/summary.json" "$@"; then
+    return 0
+  fi
+  fail "the checker found violations (see above)"
+  return 1
+}
+
+# summary_field KEY: a number from the checker's summary.
+summary_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$T/summary.json" "$1"; }
+
+# No process in the reader table of the file is dead (readers are cleared on
+# every open, so after the drain none of the killed ones may be left).
+check_reader_table() {
+  local file=${1:-$Q_FILE} out pid dead=()
+  # (mdb_stat exits 1 even when it lists the table.)
+  out=$(mdb_stat -n -r "$file" 2>&1)
+  [[ $out == *"Reader Table Status"* ]] || { fail "mdb_stat -r $file failed: $out"; return 1; }
+  while read -r pid _; do
+    [[ $pid =~ ^[0-9]+$ ]] || continue
+    kill -0 "$pid" 2>/dev/null || dead+=("$pid")
+  done <<<"$out"
+  ((${#dead[@]} == 0)) || fail "the reader table holds dead processes: ${dead[*]}"$'\n'"$out"
+}

@@ -1,0 +1,55 @@
+# State helpers for the file-level scenarios (crash sweep, I/O errors,
+# corruption). Sourced after lib.sh.
+#
+#   make_base FILE        a queue file with a little of everything: queue t (visible,
+#                         in-flight and delayed messages), queue d (a dead letter);
+#                         leaves the receipt of an in-flight message of t in $T/receipt
+#   dump FILE             the file's logical content, one line per fact, without
+#                         times or receipts: queues, per-queue counts and counters,
+#                         every message (id, body, receive count, state), every dead
+#                         letter. Prints "ERROR exit N: ..." when q cannot read it.
+#   file_ok FILE          LMDB can walk every page (mdb_dump) and q can write to it
+
+make_base() {
+  local f=$1
+  (
+    export Q_FILE=$f
+    "$Q" create t --visibility-timeout 1h --max-receives 5 &&
+      "$Q" create d --max-receives 1 &&
+      printf 'a\nb\nc\nd\n' | "$Q" send t --lines -q &&
+      "$Q" send t delayed --delay 1h -q &&
+      "$Q" receive t --json | jq -r .receipt >"$T/receipt" &&
+      "$Q" send d poison -q &&
+      "$Q" receive d --visibility-timeout 0 >/dev/null &&
+      { "$Q" receive d >/dev/null; [[ $? == 1 ]]; } &&
+      [[ $("$Q" stats d --json | jq .dead) == 1 ]]
+  ) || die "make_base: could not build the base file"
+}
+
+dump() {
+  local f=$1 queue out rc
+  export Q_FILE_DUMP=$f
+  out=$("$Q" -f "$f" list 2>&1)
+  rc=$?
+  if ((rc != 0)); then echo "ERROR exit $rc: $out"; return; fi
+  echo "queues: $(tr '\n' ' ' <<<"$out")"
+  for queue in $out; do
+    "$Q" -f "$f" stats "$queue" --json 2>&1 |
+      jq -c '{queue,visible,in_flight,delayed,dead,sent,received,acked,nacked,dead_lettered,redriven}' 2>&1 ||
+      echo "ERROR stats $queue"
+    "$Q" -f "$f" config "$queue" --json 2>&1 || echo "ERROR config $queue"
+    "$Q" -f "$f" peek "$queue" -n 100000 --json 2>&1 |
+      jq -c '[.id,(.body // .body_base64),.receive_count,.state]' 2>&1 ||
+      echo "ERROR peek $queue"
+    "$Q" -f "$f" dlq list "$queue" -n 100000 --json 2>&1 |
+      jq -c '["dead",.id,(.body // .body_base64),.receive_count]' 2>&1 ||
+      echo "ERROR dlq $queue"
+  done
+}
+
+file_ok() {
+  local f=$1 out
+  out=$(mdb_dump -n -a "$f" 2>&1 >/dev/null) || { echo "mdb_dump: $out"; return 1; }
+  out=$("$Q" -f "$f" send ok-check "after-$RANDOM" --create 2>&1) || { echo "q send afterwards: $out"; return 1; }
+  return 0
+}
