@@ -157,6 +157,6 @@ with open(path, "r+b") as f:
 EOF
     run_all "$W" "trial $trial ($nflips random bytes changed)"
   done
-  echo "corruption (flips): $TRIALS damaged files, $((COMMANDS_RUN - start)) commands, no crash," \
-       "no wrong data"
+  echo "corruption (flips): $TRIALS damaged files, $((COMMANDS_RUN - start)) commands," \
+       "$(grep -c . "$_FAILS") problems (crashes, wrong data, undocumented exits)"
 fi
