@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include <lmdb.h>
+
 #include "error.hpp"
 
 namespace q::testing {
@@ -21,6 +23,24 @@ inline ErrorKind error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "no error thrown";
   return ErrorKind::Usage;
+}
+
+// Changes a queue file behind q's back: `f` runs in a write transaction on the
+// named database of the (closed) file at `path`.
+inline void poke(const std::string& path, const char* db,
+                 const std::function<void(MDB_txn*, MDB_dbi)>& f) {
+  MDB_env* env;
+  ASSERT_EQ(mdb_env_create(&env), 0);
+  mdb_env_set_maxdbs(env, 32);
+  mdb_env_set_mapsize(env, std::size_t{1} << 40);
+  ASSERT_EQ(mdb_env_open(env, path.c_str(), MDB_NOSUBDIR, 0644), 0);
+  MDB_txn* txn;
+  MDB_dbi dbi;
+  ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
+  ASSERT_EQ(mdb_dbi_open(txn, db, 0, &dbi), 0);
+  f(txn, dbi);
+  ASSERT_EQ(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
 }
 
 // A fresh directory under /tmp, removed with everything in it.

@@ -33,7 +33,9 @@ class FifoTest : public ::testing::Test {
   }
   void TearDown() override {
     // Whatever a test did, groups, heads and counters must still agree.
-    if (broker_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    if (broker_) {
+      EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    }
     broker_.reset();
   }
 

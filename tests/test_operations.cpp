@@ -73,23 +73,14 @@ TEST_F(OperationsTest, VerifyReportsAMissingIndexEntry) {
   broker_.reset();
   auto path = (dir_ / "ops.q").string();
   // Remove one entry of the age index behind q's back.
-  MDB_env* env;
-  ASSERT_EQ(mdb_env_create(&env), 0);
-  mdb_env_set_maxdbs(env, 32);
-  mdb_env_set_mapsize(env, std::size_t{1} << 40);
-  ASSERT_EQ(mdb_env_open(env, path.c_str(), MDB_NOSUBDIR, 0644), 0);
-  MDB_txn* txn;
-  MDB_dbi age;
-  ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
-  ASSERT_EQ(mdb_dbi_open(txn, "age", 0, &age), 0);
-  MDB_cursor* c;
-  ASSERT_EQ(mdb_cursor_open(txn, age, &c), 0);
-  MDB_val k, v;
-  ASSERT_EQ(mdb_cursor_get(c, &k, &v, MDB_FIRST), 0);
-  ASSERT_EQ(mdb_cursor_del(c, 0), 0);
-  mdb_cursor_close(c);
-  ASSERT_EQ(mdb_txn_commit(txn), 0);
-  mdb_env_close(env);
+  q::testing::poke(path, "age", [](MDB_txn* txn, MDB_dbi age) {
+    MDB_cursor* c;
+    ASSERT_EQ(mdb_cursor_open(txn, age, &c), 0);
+    MDB_val k, v;
+    ASSERT_EQ(mdb_cursor_get(c, &k, &v, MDB_FIRST), 0);
+    ASSERT_EQ(mdb_cursor_del(c, 0), 0);
+    mdb_cursor_close(c);
+  });
   broker_ = open(path);
   auto problems = broker_->verify();
   ASSERT_EQ(problems.size(), 1u);

@@ -17,6 +17,7 @@
 namespace fs = std::filesystem;
 using namespace q;
 using q::testing::error_of;
+using q::testing::poke;
 
 namespace {
 
@@ -33,7 +34,9 @@ class QueueTest : public ::testing::Test {
   }
   void TearDown() override {
     // Whatever a test did, the file must still be consistent.
-    if (broker_ && verify_at_end_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    if (broker_ && verify_at_end_) {
+      EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    }
     broker_.reset();
   }
 
@@ -813,22 +816,6 @@ TEST_F(QueueTest, LmdbFileOfAnotherProgramIsRefused) {
   EXPECT_EQ(error_of([&] { open(); }), ErrorKind::Io);
   EXPECT_EQ(error_of([&] { open(true); }), ErrorKind::Io);
   EXPECT_EQ(slurp(path_), before);
-}
-
-// Changes one stored value behind q's back.
-void poke(const std::string& path, const char* db, const std::function<void(MDB_txn*, MDB_dbi)>& f) {
-  MDB_env* env;
-  ASSERT_EQ(mdb_env_create(&env), 0);
-  mdb_env_set_maxdbs(env, 16);
-  mdb_env_set_mapsize(env, std::size_t{1} << 40);
-  ASSERT_EQ(mdb_env_open(env, path.c_str(), MDB_NOSUBDIR, 0644), 0);
-  MDB_txn* txn;
-  MDB_dbi dbi;
-  ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
-  ASSERT_EQ(mdb_dbi_open(txn, db, 0, &dbi), 0);
-  f(txn, dbi);
-  ASSERT_EQ(mdb_txn_commit(txn), 0);
-  mdb_env_close(env);
 }
 
 TEST_F(QueueTest, NewerFormatVersionIsRefused) {
