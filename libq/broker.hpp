@@ -105,7 +105,7 @@ struct OutgoingMessage {
   std::string body;
   Attributes attributes;
   std::string dedup_id;  // empty: none
-  std::string group;     // FIFO queues: the message group (required there)
+  std::string group{};   // FIFO queues: the message group (required there)
 };
 
 struct SendOptions {

@@ -1,7 +1,9 @@
 #include "lmdb_store.hpp"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -97,6 +99,52 @@ bool disk_nearly_full(const std::string& path) {
   return static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize < 64ull * 1024 * 1024;
 }
 
+// The file size limit (ulimit -f) when the file has (nearly) reached it, else 0.
+// A write across the limit is cut short, which LMDB reports as EIO.
+unsigned long long file_size_limit_reached(int fd) {
+  struct rlimit limit {};
+  struct stat st {};
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  if (fstat(fd, &st) != 0) return 0;
+  const unsigned long long size = st.st_size;
+  return size + 64 * 1024 >= limit.rlim_cur ? limit.rlim_cur : 0;
+}
+
+std::string describe_owner(const struct stat& st) {
+  return fmt::format("mode {:04o}, owner uid {} gid {}", st.st_mode & 07777, st.st_uid,
+                     st.st_gid);
+}
+
+// EACCES on a queue file: say which of the file, its lock file and its
+// directory lacks which permission for this user, and how to share it.
+[[noreturn]] void fail_access(const std::string& path, const std::string& doing) {
+  const std::string lock = path + "-lock";
+  const std::string dir = parent_dir(path);
+  const std::string who = fmt::format("uid {} gid {}", geteuid(), getegid());
+  const char* share =
+      "q needs read and write permission on both FILE and FILE-lock, even to read; "
+      "to share a queue, give its group write permission (chmod g+w) or use umask 007";
+  struct stat st {};
+  for (const std::string* file : {&path, &lock}) {
+    if (stat(file->c_str(), &st) != 0) continue;
+    if (faccessat(AT_FDCWD, file->c_str(), R_OK | W_OK, AT_EACCESS) == 0) continue;
+    throw Error(ErrorKind::Permission,
+                fmt::format("{}: {}: no write permission for this user ({}; the file has {}); {}",
+                            *file, doing, who, describe_owner(st), share));
+  }
+  const bool file_exists = stat(path.c_str(), &st) == 0;
+  const bool lock_exists = stat(lock.c_str(), &st) == 0;
+  if ((!file_exists || !lock_exists) && stat(dir.c_str(), &st) == 0 &&
+      faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
+    throw Error(ErrorKind::Permission,
+                fmt::format("{}: {}: no write permission to create {} in the directory {} for "
+                            "this user ({}; the directory has {})",
+                            path, doing, file_exists ? "the lock file" : "it", dir, who,
+                            describe_owner(st)));
+  throw Error(ErrorKind::Permission,
+              fmt::format("{}: {}: permission denied (for {})", path, doing, who));
+}
+
 MDB_val as_val(std::string_view s) {
   return MDB_val{s.size(), const_cast<char*>(s.data())};
 }
@@ -112,61 +160,176 @@ std::unique_ptr<Env> Env::open(const OpenOptions& options) {
 
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
+    if (errno == EACCES) fail_access(path, "cannot open queue file");
     if (errno != ENOENT) fail_errno(errno, path, "cannot open queue file");
     if (!options.create)
       throw Error(ErrorKind::NotFound,
                   fmt::format("{}: no such queue file (make one with 'q create QUEUE')", path));
     make_dirs(parent_dir(path));
+    refuse_network_filesystem(path);
+    if (env->stage()) return env;
+    // Another process created the file while this one waited: open theirs.
   } else if (S_ISDIR(st.st_mode)) {
     throw Error(ErrorKind::Io, fmt::format("{}: is a directory, not a queue file", path));
+  } else {
+    refuse_network_filesystem(path);
   }
-  refuse_network_filesystem(path);
+  env->attach();
+  return env;
+}
 
+// A new file is built under a temporary name and renamed into place by the
+// first commit that puts something in it (Txn::commit -> publish), so a crash
+// at any point leaves either no file or the finished one, never a file without
+// its databases or queue. Creators in one directory take turns (an flock on
+// the directory); the loser of a race then opens the winner's file.
+bool Env::stage() {
+  const std::string& path = options_.path;
+  const std::string dir = parent_dir(path);
+  dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd_ < 0) fail_errno(errno, dir, "cannot open directory");
+  lock_bounded(dir_fd_, dir);
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    ::close(dir_fd_);
+    dir_fd_ = -1;
+    return false;
+  }
+  staging_ = path + ".creating";
+  ::unlink(staging_.c_str());  // left by a creator that crashed
+  fd_ = ::open(staging_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd_ < 0) {
+    staging_.clear();
+    if (errno == EACCES || errno == EPERM) fail_access(path, "cannot create queue file");
+    fail_errno(errno, path, "cannot create queue file");
+  }
+  // Nobody else can see the file yet: no lock file (MDB_NOLOCK).
+  open_lmdb(staging_, MDB_NOLOCK);
+  init_databases(true);
+  publish_on_commit_ = true;
+  return true;
+}
+
+void Env::publish() {
+  publish_on_commit_ = false;
+  const std::string& path = options_.path;
+  int rc = renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && errno == EINVAL) {  // a filesystem without RENAME_NOREPLACE
+    rc = ::link(staging_.c_str(), path.c_str());
+    if (rc == 0) ::unlink(staging_.c_str());
+  }
+  if (rc != 0) {
+    if (errno == EEXIST)
+      throw Error(ErrorKind::Io,
+                  fmt::format("{}: cannot create queue file: another program created a file of "
+                              "that name meanwhile; nothing was written",
+                              path));
+    fail_errno(errno, path, "cannot create queue file");
+  }
+  staging_.clear();
+  // The new name must be as durable as the commit it carries.
+  fsync(dir_fd_);
+  ::close(dir_fd_);
+  dir_fd_ = -1;
+  // The environment was opened without a lock file; from now on other
+  // processes may use the file, so it is opened again as they open it. Now,
+  // so that the lock file and the doorbell get the creator's umask; should
+  // that fail, the next transaction tries again and reports it (the commit
+  // itself is done and published).
+  reopen_ = true;
+  try {
+    reopen_if_published();
+    announce_commit();
+  } catch (const Error&) {
+    reopen_ = true;
+  }
+}
+
+void Env::reopen_if_published() {
+  if (!reopen_) return;
+  reopen_ = false;
+  if (env_) mdb_env_close(env_);
+  env_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  attach();
+}
+
+void Env::attach() {
+  const std::string& path = options_.path;
   // 0666 & ~umask, for the data file and (through LMDB) its lock file, so a
   // group can share a queue.
-  int flags = O_RDWR | O_CLOEXEC | (options.create ? O_CREAT : 0);
-  env->fd_ = ::open(path.c_str(), flags, 0666);
-  if (env->fd_ < 0) fail_errno(errno, path, "cannot open queue file");
-  if (fstat(env->fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
+  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0) {
+    if (errno == EACCES || errno == EPERM) fail_access(path, "cannot open queue file");
+    if (errno == ENOENT)
+      throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path));
+    fail_errno(errno, path, "cannot open queue file");
+  }
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
   if (!S_ISREG(st.st_mode))
     throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
 
+  // An empty file is what a crash of an older q during its first create left.
   bool fresh = st.st_size == 0;
-  if (fresh && !options.create)
+  if (fresh && !options_.create)
     throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file (it is empty)", path));
   if (!fresh) {
     // Look at LMDB's meta page ourselves first: LMDB would create a lock file
     // next to any file it is pointed at.
     unsigned char head[24] = {};
-    ssize_t got = pread(env->fd_, head, sizeof head, 0);
+    ssize_t got = pread(fd_, head, sizeof head, 0);
     std::uint32_t magic = 0;
     if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
     if (magic != kLmdbMagic)
       throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
   }
-
-  int rc = mdb_env_create(&env->env_);
-  if (rc != 0) env->fail(rc, "cannot create LMDB environment");
-  mdb_env_set_mapsize(env->env_, kMapSize);
-  mdb_env_set_maxreaders(env->env_, kMaxReaders);
-  mdb_env_set_maxdbs(env->env_, kMaxDatabases);
-  unsigned env_flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD;
-  if (!options.durable) env_flags |= MDB_NOSYNC;
-  rc = mdb_env_open(env->env_, path.c_str(), env_flags, 0666);
-  if (rc != 0) env->fail(rc, "cannot open queue file");
+  open_lmdb(path, 0);
+  if (!fresh) refuse_truncated();
 
   // Readers killed mid-transaction keep their slot (and pin old pages) until
   // someone clears them.
   int dead = 0;
-  mdb_reader_check(env->env_, &dead);
+  mdb_reader_check(env_, &dead);
+  next_reader_check_ = std::chrono::steady_clock::now() + kReaderCheckEvery;
 
-  env->init_databases(fresh || options.create);
-  return env;
+  init_databases(fresh);
+}
+
+void Env::open_lmdb(const std::string& file, unsigned extra_flags) {
+  int rc = mdb_env_create(&env_);
+  if (rc != 0) fail(rc, "cannot create LMDB environment");
+  mdb_env_set_mapsize(env_, kMapSize);
+  mdb_env_set_maxreaders(env_, kMaxReaders);
+  mdb_env_set_maxdbs(env_, kMaxDatabases);
+  unsigned flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD | extra_flags;
+  if (!options_.durable) flags |= MDB_NOSYNC;
+  rc = mdb_env_open(env_, file.c_str(), flags, 0666);
+  if (rc != 0) fail(rc, "cannot open queue file");
+}
+
+// Every page up to the last one the newest meta page names must be in the
+// file: reading one past the end would kill q with SIGBUS.
+void Env::refuse_truncated() {
+  MDB_envinfo info{};
+  MDB_stat stat{};
+  struct stat st {};
+  if (mdb_env_info(env_, &info) != 0 || mdb_env_stat(env_, &stat) != 0 || fstat(fd_, &st) != 0)
+    return;
+  const auto needed = (static_cast<unsigned long long>(info.me_last_pgno) + 1) * stat.ms_psize;
+  if (static_cast<unsigned long long>(st.st_size) < needed)
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: the file is damaged: it is {} bytes, but its pages end at {} "
+                            "(truncated?); restore it from a backup",
+                            options_.path, st.st_size, needed));
 }
 
 Env::~Env() {
   if (env_) mdb_env_close(env_);
   if (fd_ >= 0) ::close(fd_);
+  if (!staging_.empty()) ::unlink(staging_.c_str());  // never published: no file was made
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 void Env::init_databases(bool may_initialize) {
@@ -234,9 +397,11 @@ void Env::init_databases(bool may_initialize) {
   txn.commit();  // keeps the database handles open for later transactions
 }
 
-void Env::lock_writer() {
-  if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-  if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, options_.path, "cannot lock");
+void Env::lock_writer() { lock_bounded(fd_, options_.path); }
+
+void Env::lock_bounded(int fd, const std::string& what) {
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+  if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, what, "cannot lock");
   // flock cannot time out, so poll with a short, growing pause. Contention ends
   // within a commit or two in normal operation; the bound is for a writer that
   // is stopped or hung.
@@ -245,15 +410,26 @@ void Env::lock_writer() {
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     std::this_thread::sleep_for(pause);
-    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-    if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, options_.path, "cannot lock");
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+    if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, what, "cannot lock");
     if (Steady::now() >= deadline)
       throw Error(ErrorKind::Busy,
                   fmt::format("{}: busy: another process has held the writer lock for over "
                               "{} ms (a stopped or hung q?); see --lock-timeout",
-                              options_.path, options_.lock_timeout));
+                              what, options_.lock_timeout));
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
   }
+}
+
+// A reader killed inside its transaction pins the pages of its snapshot until
+// its slot is cleared; a long-running process (q work) must clear such slots
+// itself, as no other process may open the file meanwhile.
+void Env::clear_dead_readers_now_and_then() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_reader_check_) return;
+  next_reader_check_ = now + kReaderCheckEvery;
+  int dead = 0;
+  mdb_reader_check(env_, &dead);
 }
 
 void Env::unlock_writer() { flock(fd_, LOCK_UN); }
@@ -262,6 +438,7 @@ void Env::unlock_writer() { flock(fd_, LOCK_UN); }
 // reader table is updated after the last write), so a watcher woken by them
 // could look too early: waiters are told only once the commit is visible.
 void Env::announce_commit() {
+  if (!staging_.empty()) return;  // nobody can be waiting on a file not yet published
   if (Bell* b = bell()) b->ring();
   futimens(fd_, nullptr);
 }
@@ -279,15 +456,22 @@ void Env::fail(int rc, const std::string& doing) const {
   switch (rc) {
     case EACCES:
     case EPERM:
+      fail_access(path, doing);
     case EROFS:
-      throw Error(ErrorKind::Permission, fmt::format("{}: {}: permission denied", path, doing));
+      throw Error(ErrorKind::Permission,
+                  fmt::format("{}: {}: the filesystem is read-only", path, doing));
     case ENOSPC:
     case EDQUOT:
-    case EFBIG:
       throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
+    case EFBIG:
     case EIO:
+      if (auto limit = file_size_limit_reached(fd_))
+        throw Error(ErrorKind::Io,
+                    fmt::format("{}: {}: disk full for this process: the file reached the file "
+                                "size limit (ulimit -f) of {} bytes",
+                                path, doing, limit));
       // LMDB reports a short write on a full disk as EIO.
-      if (disk_nearly_full(path))
+      if (rc == EFBIG || disk_nearly_full(path))
         throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
       throw Error(ErrorKind::Io, fmt::format("{}: {}: I/O error", path, doing));
     case MDB_CORRUPTED:
@@ -345,7 +529,9 @@ void Env::copy_to(const std::string& target) const {
 // ---- Txn --------------------------------------------------------------------
 
 Txn::Txn(Env& env, Mode mode) : env_(env) {
+  env_.reopen_if_published();
   if (mode == Write) {
+    env_.clear_dead_readers_now_and_then();
     env_.lock_writer();
     locked_ = true;
   }
@@ -366,6 +552,12 @@ void Txn::commit() {
   int rc = mdb_txn_commit(txn_);
   txn_ = nullptr;
   if (locked_) {
+    if (rc == 0 && env_.publish_on_commit()) {
+      env_.unlock_writer();
+      locked_ = false;
+      env_.publish();
+      return;
+    }
     if (rc == 0) env_.announce_commit();
     env_.unlock_writer();
     locked_ = false;

@@ -5,6 +5,7 @@
 
 #include <lmdb.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,14 @@ class Env {
   // forever, even for a stopped process).
   void lock_writer();
   void unlock_writer();
+  // mdb_reader_check at most once per kReaderCheckEvery (before write
+  // transactions).
+  void clear_dead_readers_now_and_then();
+  // Called by the commit of a write transaction: a new file built under a
+  // temporary name (stage) is renamed into place by its first commit.
+  bool publish_on_commit() const { return publish_on_commit_; }
+  void publish();
+  void reopen_if_published();
   // Tells waiting processes that a commit is visible: rings the bell
   // (FILE-wake) and touches the file's times for inotify watchers (IN_ATTRIB).
   void announce_commit();
@@ -64,14 +73,26 @@ class Env {
   void copy_to(const std::string& target) const;
 
  private:
+  static constexpr std::chrono::seconds kReaderCheckEvery{1};
+
   explicit Env(OpenOptions options) : options_(std::move(options)) {}
+  bool stage();
+  void attach();
+  void open_lmdb(const std::string& file, unsigned extra_flags);
+  void refuse_truncated();
   void init_databases(bool may_initialize);
+  void lock_bounded(int fd, const std::string& what);
 
   OpenOptions options_;
   std::unique_ptr<Bell> bell_;
   bool bell_tried_ = false;
   MDB_env* env_ = nullptr;
   int fd_ = -1;
+  int dir_fd_ = -1;            // locked while this process creates the file
+  std::string staging_;        // the new file's temporary name until publish()
+  bool publish_on_commit_ = false;
+  bool reopen_ = false;
+  std::chrono::steady_clock::time_point next_reader_check_{};
   Databases db_{};
 };
 

@@ -775,8 +775,35 @@ TEST_F(QueueTest, MissingFileIsNotFoundAndNotCreated) {
   path_ = (dir_ / "sub" / "missing.q").string();
   EXPECT_EQ(error_of([&] { open(); }), ErrorKind::NotFound);
   EXPECT_FALSE(fs::exists(dir_ / "sub"));
-  open(true);
+  // A new file appears with its first commit, whole: never empty or half made.
+  broker_ = open(true);
+  EXPECT_FALSE(fs::exists(path_));
+  create("q");
   EXPECT_TRUE(fs::exists(path_));
+  auto other = open();
+  EXPECT_EQ(other->list_queues().size(), 1u);
+}
+
+TEST_F(QueueTest, NewFileIsNotLeftBehindWhenNothingWasWritten) {
+  broker_.reset();
+  path_ = (dir_ / "never.q").string();
+  open(true).reset();
+  EXPECT_FALSE(fs::exists(path_));
+  EXPECT_FALSE(fs::exists(path_ + ".creating"));
+  EXPECT_FALSE(fs::exists(path_ + "-lock"));
+}
+
+TEST_F(QueueTest, CreatorsTakeTurnsAndTheSecondUsesTheFirstOnesFile) {
+  broker_.reset();
+  path_ = (dir_ / "race.q").string();
+  auto first = open(true);
+  // The first creator has not committed yet: the second waits for it.
+  EXPECT_EQ(error_of([&] { open(true, 50); }), ErrorKind::Busy);
+  first->create_queue("a", {});
+  auto second = open(true);
+  second->create_queue("b", {});
+  EXPECT_EQ(first->list_queues().size(), 2u);
+  EXPECT_EQ(first->verify(), std::vector<std::string>{});
 }
 
 TEST_F(QueueTest, ForeignFileIsRefusedAndLeftAlone) {
@@ -819,6 +846,7 @@ TEST_F(QueueTest, LmdbFileOfAnotherProgramIsRefused) {
 }
 
 TEST_F(QueueTest, NewerFormatVersionIsRefused) {
+  create("q");
   broker_.reset();
   poke(path_, "meta", [](MDB_txn* txn, MDB_dbi dbi) {
     std::uint32_t version = 99;
@@ -898,8 +926,10 @@ TEST_F(QueueTest, FilesAreCreatedWithUmaskPermissions) {
 
 TEST_F(QueueTest, LongPollReturnsEmptyAfterTheWait) {
   // Real time for the wait itself: the wait is on the file, not the clock.
+  broker_.reset();
   LmdbOptions options;
   options.open.path = path_;
+  options.open.create = true;
   broker_ = open_lmdb_broker(options);
   broker_->create_queue("q", {});
   ReceiveOptions receive_options;

@@ -23,7 +23,7 @@ command -v strace >/dev/null || die "strace is required (Debian: strace)"
 # LeakSanitizer (in a sanitizer build) cannot stop the world under strace.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 
-SYSCALLS=(openat write pwrite64 writev fdatasync fsync flock utimensat ftruncate)
+SYSCALLS=(openat write pwrite64 writev fdatasync fsync flock utimensat ftruncate renameat2)
 # SWEEP_COMMANDS selects commands (create-fresh runs as its own test: the
 # first create of a file).
 SWEEP_COMMANDS=${commands:-${SWEEP_COMMANDS:-}}
