@@ -121,9 +121,10 @@ std::string describe_owner(const struct stat& st) {
   const std::string lock = path + "-lock";
   const std::string dir = parent_dir(path);
   const std::string who = fmt::format("uid {} gid {}", geteuid(), getegid());
-  const char* share =
-      "q needs read and write permission on both FILE and FILE-lock, even to read; "
-      "to share a queue, give its group write permission (chmod g+w) or use umask 007";
+  const std::string share = fmt::format(
+      "q needs read and write permission on both {} and {}, even to read; to share a queue, "
+      "give its group write permission (chmod g+w) or create it with umask 007",
+      path, lock);
   struct stat st {};
   for (const std::string* file : {&path, &lock}) {
     if (stat(file->c_str(), &st) != 0) continue;
@@ -293,6 +294,9 @@ void Env::attach() {
   int dead = 0;
   mdb_reader_check(env_, &dead);
   next_reader_check_ = std::chrono::steady_clock::now() + kReaderCheckEvery;
+  MDB_envinfo info{};
+  mdb_env_info(env_, &info);
+  last_pgno_seen_ = info.me_last_pgno;
 
   init_databases(fresh);
 }
@@ -423,10 +427,16 @@ void Env::lock_bounded(int fd, const std::string& what) {
 
 // A reader killed inside its transaction pins the pages of its snapshot until
 // its slot is cleared; a long-running process (q work) must clear such slots
-// itself, as no other process may open the file meanwhile.
+// itself, as no other process may open the file meanwhile. Checking costs one
+// fcntl per live reader, so it runs once a second, and at once whenever the
+// file has grown since the last look: the sign of pages that cannot be reused.
 void Env::clear_dead_readers_now_and_then() {
+  MDB_envinfo info{};
+  mdb_env_info(env_, &info);
+  const bool grew = info.me_last_pgno > last_pgno_seen_;
+  last_pgno_seen_ = info.me_last_pgno;
   const auto now = std::chrono::steady_clock::now();
-  if (now < next_reader_check_) return;
+  if (!grew && now < next_reader_check_) return;
   next_reader_check_ = now + kReaderCheckEvery;
   int dead = 0;
   mdb_reader_check(env_, &dead);

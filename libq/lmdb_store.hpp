@@ -52,8 +52,8 @@ class Env {
   // forever, even for a stopped process).
   void lock_writer();
   void unlock_writer();
-  // mdb_reader_check at most once per kReaderCheckEvery (before write
-  // transactions).
+  // mdb_reader_check before a write transaction: once per kReaderCheckEvery,
+  // or when the file has grown since the last check.
   void clear_dead_readers_now_and_then();
   // Called by the commit of a write transaction: a new file built under a
   // temporary name (stage) is renamed into place by its first commit.
@@ -93,6 +93,7 @@ class Env {
   bool publish_on_commit_ = false;
   bool reopen_ = false;
   std::chrono::steady_clock::time_point next_reader_check_{};
+  std::size_t last_pgno_seen_ = 0;
   Databases db_{};
 };
 
