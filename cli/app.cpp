@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "crash.hpp"
 #include "context.hpp"
 #include "error.hpp"
 #include "input.hpp"
@@ -56,6 +57,7 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
   q::LmdbOptions options;
   options.open.path = queue_file();
   options.open.create = create;
+  report_crashes_as_damage(options.open.path);
   const char* no_sync_env = std::getenv("Q_NO_SYNC");
   options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
   if (lock_timeout) {

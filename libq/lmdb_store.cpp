@@ -19,7 +19,22 @@
 #include "records.hpp"
 
 namespace q::store {
+
+LmdbActivity g_lmdb_activity;
+
 namespace {
+
+// Marks the extent of one LMDB call that walks pages (see LmdbActivity).
+class InLmdb {
+ public:
+  InLmdb() {
+    g_lmdb_activity.calls = g_lmdb_activity.calls + 1;
+    g_lmdb_activity.inside = 1;
+  }
+  ~InLmdb() { g_lmdb_activity.inside = 0; }
+  InLmdb(const InLmdb&) = delete;
+  InLmdb& operator=(const InLmdb&) = delete;
+};
 
 // Larger than any disk this is likely to sit on: without MDB_WRITEMAP the file
 // only grows as used, and a fixed size avoids resizing a map that other
@@ -330,7 +345,7 @@ void Env::refuse_truncated() {
 }
 
 Env::~Env() {
-  if (env_) mdb_env_close(env_);
+  if (env_ && !damaged_) mdb_env_close(env_);
   if (fd_ >= 0) ::close(fd_);
   if (!staging_.empty()) ::unlink(staging_.c_str());  // never published: no file was made
   if (dir_fd_ >= 0) ::close(dir_fd_);
@@ -386,7 +401,11 @@ void Env::init_databases(bool may_initialize) {
 
   Txn txn(*this, Txn::Read);
   for (const auto& n : all) {
-    int rc = mdb_dbi_open(txn.handle(), n.name, 0, n.dbi);
+    int rc;
+    {
+      InLmdb in_lmdb;
+      rc = mdb_dbi_open(txn.handle(), n.name, 0, n.dbi);
+    }
     if (rc == MDB_NOTFOUND) throw not_ours();
     if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
   }
@@ -461,7 +480,7 @@ Bell* Env::bell() {
   return bell_.get();
 }
 
-void Env::fail(int rc, const std::string& doing) const {
+void Env::fail(int rc, const std::string& doing) {
   const std::string& path = options_.path;
   switch (rc) {
     case EACCES:
@@ -487,6 +506,8 @@ void Env::fail(int rc, const std::string& doing) const {
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID:
+      damaged_ = true;
+      g_lmdb_activity.damaged = 1;
       throw Error(ErrorKind::Io, fmt::format("{}: {}: the file is corrupt ({})", path, doing,
                                              mdb_strerror(rc)));
     case MDB_VERSION_MISMATCH:
@@ -503,7 +524,7 @@ void Env::fail(int rc, const std::string& doing) const {
   }
 }
 
-void Env::copy_to(const std::string& target) const {
+void Env::copy_to(const std::string& target) {
   struct stat ours {}, theirs {};
   if (fstat(fd_, &ours) == 0 && stat(target.c_str(), &theirs) == 0 && ours.st_dev == theirs.st_dev &&
       ours.st_ino == theirs.st_ino)
@@ -538,7 +559,10 @@ void Env::copy_to(const std::string& target) const {
 
 // ---- Txn --------------------------------------------------------------------
 
-Txn::Txn(Env& env, Mode mode) : env_(env) {
+Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
+  if (env_.damaged())
+    throw Error(ErrorKind::Io, fmt::format("{}: the file is damaged (LMDB reported it earlier)",
+                                           env_.path()));
   env_.reopen_if_published();
   if (mode == Write) {
     env_.clear_dead_readers_now_and_then();
@@ -554,12 +578,16 @@ Txn::Txn(Env& env, Mode mode) : env_(env) {
 }
 
 Txn::~Txn() {
-  if (txn_) mdb_txn_abort(txn_);
+  if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
   if (locked_) env_.unlock_writer();
 }
 
 void Txn::commit() {
-  int rc = mdb_txn_commit(txn_);
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_txn_commit(txn_);
+  }
   txn_ = nullptr;
   if (locked_) {
     if (rc == 0 && env_.publish_on_commit()) {
@@ -577,7 +605,11 @@ void Txn::commit() {
 
 std::optional<std::string_view> Txn::get(MDB_dbi dbi, std::string_view key) {
   MDB_val k = as_val(key), v{};
-  int rc = mdb_get(txn_, dbi, &k, &v);
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_get(txn_, dbi, &k, &v);
+  }
   if (rc == MDB_NOTFOUND) return std::nullopt;
   if (rc != 0) env_.fail(rc, "cannot read");
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
@@ -585,13 +617,21 @@ std::optional<std::string_view> Txn::get(MDB_dbi dbi, std::string_view key) {
 
 void Txn::put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags) {
   MDB_val k = as_val(key), v = as_val(value);
-  int rc = mdb_put(txn_, dbi, &k, &v, flags);
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_put(txn_, dbi, &k, &v, flags);
+  }
   if (rc != 0) env_.fail(rc, "cannot write");
 }
 
 bool Txn::del(MDB_dbi dbi, std::string_view key) {
   MDB_val k = as_val(key);
-  int rc = mdb_del(txn_, dbi, &k, nullptr);
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_del(txn_, dbi, &k, nullptr);
+  }
   if (rc == MDB_NOTFOUND) return false;
   if (rc != 0) env_.fail(rc, "cannot delete");
   return true;
@@ -616,7 +656,11 @@ Cursor::~Cursor() {
 }
 
 bool Cursor::move(MDB_cursor_op op) {
-  int rc = mdb_cursor_get(cursor_, &key_, &value_, op);
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_cursor_get(cursor_, &key_, &value_, op);
+  }
   if (rc == MDB_NOTFOUND) return false;
   if (rc != 0) txn_.env().fail(rc, "cannot read");
   return true;

@@ -6,6 +6,7 @@
 #include <lmdb.h>
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,16 @@ namespace q::store {
 constexpr const char* kFormatKey = "q-format";    // u32: kFormatVersion
 constexpr const char* kNextSeqKey = "next-seq";   // u64: the next message's sequence number
 constexpr const char* kNextQidKey = "next-qid";   // u32: the next queue's id
+
+// What this process is doing inside LMDB, for a watchdog outside libq (the
+// CLI's): LMDB trusts its pages, and a damaged one can make it loop forever
+// inside a single call. Plain stores, cheap enough for every call.
+struct LmdbActivity {
+  volatile std::sig_atomic_t inside = 0;  // 1 while in a call that reads or writes pages
+  volatile unsigned long calls = 0;       // such calls started so far
+  volatile std::sig_atomic_t damaged = 0; // LMDB has reported a damaged page
+};
+extern LmdbActivity g_lmdb_activity;
 
 struct OpenOptions {
   std::string path;
@@ -66,11 +77,15 @@ class Env {
   // The doorbell of this file, opened on first use; nullptr when unavailable.
   Bell* bell();
 
-  [[noreturn]] void fail(int rc, const std::string& doing) const;
+  [[noreturn]] void fail(int rc, const std::string& doing);
+  // LMDB reported a damaged page. It may have written past a heap block of a
+  // write transaction by then, so the transaction is left as it is (never
+  // freed: the process ends soon) and this Env refuses further transactions.
+  bool damaged() const { return damaged_; }
 
   // A consistent, compacted copy at `target`, written to a temporary file,
   // synced and renamed, while other processes go on using the file.
-  void copy_to(const std::string& target) const;
+  void copy_to(const std::string& target);
 
  private:
   static constexpr std::chrono::seconds kReaderCheckEvery{1};
@@ -92,6 +107,7 @@ class Env {
   std::string staging_;        // the new file's temporary name until publish()
   bool publish_on_commit_ = false;
   bool reopen_ = false;
+  bool damaged_ = false;
   std::chrono::steady_clock::time_point next_reader_check_{};
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
@@ -117,6 +133,7 @@ class Txn {
  private:
   Env& env_;
   MDB_txn* txn_ = nullptr;
+  bool write_;
   bool locked_ = false;
 };
 
