@@ -18,6 +18,8 @@
 #   drain                         receive and ack until several empty receives in a row,
 #                                 then log the dead letters and the final stats
 #   check [ARGS]                  run checker.py on $L; fails the test when it fails
+#   control_checker FAULT         the checker on a control run: it must fail (sets $VIOLATIONS)
+#   plant_rogue_clock / expect_planted_overlap   the rogue-clock control (see below)
 #   check_reader_table            no dead process in the LMDB reader table
 #
 # Logs and the queue file of a failed scenario are kept in
@@ -346,6 +348,91 @@ check() {
   fi
   fail "the checker found violations (see above)"
   return 1
+}
+
+# ---- controls -------------------------------------------------------------------------
+# A control run breaks the promise on purpose; its script exits 0 only when the
+# checker FAILED, and for that reason.
+
+# control_checker FAULT: run the checker on a control run's logs (its report is
+# printed and kept in $T/checker.out). Returns 0 when the checker failed and
+# judged the logs (exit 1 and a summary), with its violations, as compact JSON
+# ({"kind":count,...}), in $VIOLATIONS; otherwise records the failure, returns 1.
+control_checker() {
+  local fault=$1 crc
+  python3 "$TORTURE_DIR/checker.py" "$L" --json "$T/summary.json" >"$T/checker.out" 2>&1
+  crc=$?
+  cat "$T/checker.out"
+  if ((crc == 0)); then
+    fail "control ($fault): the checker passed a run whose promise was broken on purpose"
+    return 1
+  elif ((crc != 1)) || [[ ! -s $T/summary.json ]]; then
+    fail "control ($fault): the checker could not judge the logs (exit $crc)"
+    return 1
+  fi
+  VIOLATIONS=$(jq -c .violations "$T/summary.json")
+}
+
+# plant_rogue_clock: the rogue-clock fault, planted for certain. Call it on the
+# new, empty queue before the load starts. The holder sends a marker and
+# receives it with a 10-minute lease; the rogue (the dynamically linked q under
+# libfaketime, its clock an hour ahead) sees that lease as over and receives the
+# marker again (receive count 2) at once, and acks it; the holder's ack then
+# comes back stale (which explains the duplicate, so the overlap is the only
+# violation). Each step is logged like the load ($L/holder.jsonl,
+# $L/rogue.jsonl). Sets MARKER_ID and ROGUE_PID (for expect_planted_overlap).
+# (A rogue consumer running among the load instead overlaps a live lease only by
+# chance: the ready index is ordered by visible time, so the leases its clock
+# sees as over sit behind the backlog of ready messages, which it takes first;
+# and a message it drops stays leased for an hour, which the checker reports as
+# lost or not drained, not as an overlap.)
+plant_rogue_clock() {
+  local hlog=$L/holder.jsonl rlog=$L/rogue.jsonl holder_receipt rogue_receipt faketime_lib
+  faketime_lib=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)
+  [[ -n $faketime_lib ]] || die "rogue-clock needs libfaketime (Debian: libfaketime)"
+  use_dynamic_q   # libfaketime needs a dynamic q
+
+  qrun send "$QUEUE" rogue-marker --json
+  ((RC == 0)) || die "rogue-clock: the marker's send exited $RC: $(head -c 300 "$QE")"
+  qlog "$hlog" send ',"bodies":["rogue-marker"],"out":'"$(json_lines_array "$QO")"
+  MARKER_ID=$(jq -r .id "$QO")
+
+  qrun receive "$QUEUE" -n 1 --json --visibility-timeout 10m
+  ((RC == 0)) || die "rogue-clock: the holder's receive exited $RC: $(head -c 300 "$QE")"
+  qlog "$hlog" receive ",\"out\":$(json_lines_array "$QO")"
+  [[ $(jq -r '"\(.id) \(.receive_count)"' "$QO") == "$MARKER_ID 1" ]] ||
+    die "rogue-clock: the holder did not receive the marker $MARKER_ID first: $(<"$QO")"
+  holder_receipt=$(jq -r .receipt "$QO")
+
+  FAKETIME=+1h FAKETIME_DONT_FAKE_MONOTONIC=1 QPRELOAD=$faketime_lib Q=$QD \
+    qrun receive "$QUEUE" -n 1 --json --visibility-timeout 1s
+  ((RC == 0)) || die "rogue-clock: the rogue's receive exited $RC (the clock fault did not take): $(head -c 300 "$QE")"
+  qlog "$rlog" receive ",\"out\":$(json_lines_array "$QO")"
+  [[ $(jq -r '"\(.id) \(.receive_count)"' "$QO") == "$MARKER_ID 2" ]] ||
+    die "rogue-clock: the rogue did not receive the marker $MARKER_ID again: $(<"$QO")"
+  ROGUE_PID=$QPID
+  rogue_receipt=$(jq -r .receipt "$QO")
+
+  FAKETIME=+1h FAKETIME_DONT_FAKE_MONOTONIC=1 QPRELOAD=$faketime_lib Q=$QD \
+    ack_receipts "$rlog" "$rogue_receipt"
+  ((RC == 0)) || die "rogue-clock: the rogue's ack exited $RC: $(head -c 300 "$QE")"
+  ack_receipts "$hlog" "$holder_receipt"
+  ((RC == 3)) || die "rogue-clock: the holder's ack exited $RC, not 3 (stale): $(head -c 300 "$QE")"
+}
+
+# expect_planted_overlap: after plant_rogue_clock, the load, the drain and
+# control_checker: the checker must report exactly the planted overlap, the
+# marker's second delivery (the rogue's, over in real time long before the
+# holder's lease ended), and nothing incidental.
+expect_planted_overlap() {
+  local overlap="    $MARKER_ID: delivery 2 (receive, pid $ROGUE_PID) was over at "
+  if [[ $VIOLATIONS != '{"lease-overlap":1}' ]]; then
+    fail "control (rogue-clock): the checker must report exactly one lease-overlap (the marker $MARKER_ID), found: $VIOLATIONS"
+  elif ! grep -qF -- "$overlap" "$T/checker.out"; then
+    fail "control (rogue-clock): the checker's lease-overlap is not the planted one (marker $MARKER_ID, rogue pid $ROGUE_PID)"
+  else
+    echo "$TEST_NAME control (rogue-clock): the checker caught it (lease-overlap of $MARKER_ID), as it must"
+  fi
 }
 
 # summary_field KEY: a number from the checker's summary.
