@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -145,7 +146,8 @@ std::string describe_owner(const struct stat& st) {
     if (stat(file->c_str(), &st) != 0) continue;
     if (faccessat(AT_FDCWD, file->c_str(), R_OK | W_OK, AT_EACCESS) == 0) continue;
     throw Error(ErrorKind::Permission,
-                fmt::format("{}: {}: no write permission for this user ({}; the file has {}); {}",
+                fmt::format("{}: {}: permission denied: no write permission for this user ({}; "
+                            "the file has {}); {}",
                             *file, doing, who, describe_owner(st), share));
   }
   const bool file_exists = stat(path.c_str(), &st) == 0;
@@ -153,8 +155,8 @@ std::string describe_owner(const struct stat& st) {
   if ((!file_exists || !lock_exists) && stat(dir.c_str(), &st) == 0 &&
       faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
     throw Error(ErrorKind::Permission,
-                fmt::format("{}: {}: no write permission to create {} in the directory {} for "
-                            "this user ({}; the directory has {})",
+                fmt::format("{}: {}: permission denied: no write permission to create {} in "
+                            "the directory {} for this user ({}; the directory has {})",
                             path, doing, file_exists ? "the lock file" : "it", dir, who,
                             describe_owner(st)));
   throw Error(ErrorKind::Permission,
@@ -345,6 +347,10 @@ void Env::refuse_truncated() {
 }
 
 Env::~Env() {
+  // A damaged environment is abandoned, not closed (see damaged()); kept
+  // reachable so that leak checkers do not report it.
+  static std::vector<MDB_env*> abandoned;
+  if (env_ && damaged_) abandoned.push_back(env_);
   if (env_ && !damaged_) mdb_env_close(env_);
   if (fd_ >= 0) ::close(fd_);
   if (!staging_.empty()) ::unlink(staging_.c_str());  // never published: no file was made
@@ -505,9 +511,10 @@ void Env::fail(int rc, const std::string& doing) {
       throw Error(ErrorKind::Io, fmt::format("{}: {}: I/O error", path, doing));
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
-    case MDB_INVALID:
       damaged_ = true;
       g_lmdb_activity.damaged = 1;
+      [[fallthrough]];
+    case MDB_INVALID:
       throw Error(ErrorKind::Io, fmt::format("{}: {}: the file is corrupt ({})", path, doing,
                                              mdb_strerror(rc)));
     case MDB_VERSION_MISMATCH:
