@@ -18,7 +18,7 @@ struct Prepared {
   char text[1200];
   std::size_t length = 0;
 };
-Prepared g_fault, g_stuck;
+Prepared g_fault, g_stuck, g_abort;
 // The handler must run even when the stack itself is what overflowed.
 alignas(16) char g_alternate_stack[64 * 1024];
 
@@ -32,12 +32,14 @@ void say_and_exit(const Prepared& message) {
 
 void on_memory_fault(int) { say_and_exit(g_fault); }
 
-// glibc aborts when it finds its heap damaged; inside LMDB, or after LMDB
-// reported a damaged page, that is LMDB having copied one. Elsewhere an abort
-// is a bug of q's: let it be one.
+// glibc aborts when it finds its heap damaged. LMDB copying a damaged page
+// into a write transaction's buffer damages the heap, which glibc may notice
+// only later, outside LMDB: after any LMDB call, an abort is reported as
+// (probable) damage, with the way to tell it from a bug of q's.
 void on_abort(int signo) {
   const auto& activity = q::store::g_lmdb_activity;
   if (activity.inside || activity.damaged) say_and_exit(g_fault);
+  if (activity.calls > 0) say_and_exit(g_abort);
   signal(signo, SIG_DFL);
   raise(signo);
 }
@@ -76,6 +78,11 @@ void report_crashes_as_damage(const std::string& queue_file) {
           "q: %s: q was stopped by a memory fault while using the queue file: the file is "
           "damaged (changed on disk, or cut short while in use); 'q -f %s verify' checks it; "
           "restore it from a backup\n",
+          path);
+  prepare(g_abort,
+          "q: %s: q stopped on damaged memory after reading the queue file: the file is "
+          "probably damaged; 'q -f %s verify' checks it (restore it from a backup); if it "
+          "verifies clean, this is a bug in q\n",
           path);
   prepare(g_stuck,
           "q: %s: LMDB ran for seconds inside one lookup without finishing: the queue file is "

@@ -9,7 +9,7 @@
 
 namespace cli {
 
-// From now on: SIGSEGV and SIGBUS, SIGABRT inside an LMDB call, and two seconds
+// From now on: SIGSEGV and SIGBUS, SIGABRT after an LMDB call, and two seconds
 // of CPU time inside one LMDB call print one line naming `queue_file` and exit
 // 74.
 void report_crashes_as_damage(const std::string& queue_file);
