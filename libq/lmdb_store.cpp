@@ -221,9 +221,11 @@ bool Env::stage() {
     if (errno == EACCES || errno == EPERM) fail_access(path, "cannot create queue file");
     fail_errno(errno, path, "cannot create queue file");
   }
-  // Nobody else can see the file yet: no lock file (MDB_NOLOCK).
-  open_lmdb(staging_, MDB_NOLOCK);
+  // Nobody else can see the file yet: no lock file (MDB_NOLOCK), and no sync
+  // for the databases' commit, which the first real commit's sync covers.
+  open_lmdb(staging_, MDB_NOLOCK | MDB_NOSYNC);
   init_databases(true);
+  if (options_.durable) mdb_env_set_flags(env_, MDB_NOSYNC, 0);
   publish_on_commit_ = true;
   return true;
 }
