@@ -825,6 +825,22 @@ TEST_F(QueueTest, EmptyFileIsRefusedUnlessCreating) {
   open(true)->create_queue("q", {});
 }
 
+TEST_F(QueueTest, TruncatedFileIsRefusedAndLeftAlone) {
+  create("q");
+  for (int i = 0; i < 200; ++i) send("q", std::string(500, 'x'));
+  broker_.reset();
+  fs::resize_file(path_, fs::file_size(path_) - 4096);
+  const auto before = slurp(path_);
+  try {
+    open();
+    FAIL() << "opened a truncated file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Io);
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp(path_), before);
+}
+
 TEST_F(QueueTest, LmdbFileOfAnotherProgramIsRefused) {
   broker_.reset();
   path_ = (dir_ / "other.mdb").string();
