@@ -35,37 +35,17 @@ fi
 
 BASE=$T/base.q
 make_base "$BASE"
-base_receipt=$(<"$T/receipt")
 BEFORE_BASE=$(dump "$BASE")
 
 # q_cmd NAME FILE: the command under test: RUN=(q ARGS...) (stdin in $T/stdin).
 q_cmd() {
   local name=$1 f=$2
-  : >"$T/stdin"
-  ARGS=()
-  case $name in
-    send-twice)
-      RUN=(bash -c '"$0" -f "$1" send t one -q && "$0" -f "$1" send t two -q' "$Q" "$f")
-      return ;;
-    send) ARGS=(-f "$f" send t "crash-body") ;;
-    send-lines)
-      seq -f 'line-%g' 1 200 >"$T/stdin"
-      ARGS=(-f "$f" send t --lines -q) ;;
-    send-big)
-      head -c 300000 /dev/zero | tr '\0' x >"$T/stdin"
-      ARGS=(-f "$f" send t) ;;
-    receive) ARGS=(-f "$f" receive t -n 2) ;;
-    ack) ARGS=(-f "$f" ack t "$base_receipt") ;;
-    nack) ARGS=(-f "$f" nack t "$base_receipt") ;;
-    extend) ARGS=(-f "$f" extend t "$base_receipt" --by 2h) ;;
-    create-fresh) ARGS=(-f "$f" create fresh) ;;
-    create) ARGS=(-f "$f" create u --max-receives 9) ;;
-    redrive) ARGS=(-f "$f" redrive d) ;;
-    purge) ARGS=(-f "$f" purge t) ;;
-    delete) ARGS=(-f "$f" delete t) ;;
-    dlq-purge) ARGS=(-f "$f" dlq purge d) ;;
-    config) ARGS=(-f "$f" config t --max-receives 7) ;;
-  esac
+  if [[ $name == send-twice ]]; then
+    : >"$T/stdin"
+    RUN=(bash -c '"$0" -f "$1" send t one -q && "$0" -f "$1" send t two -q' "$Q" "$f")
+    return
+  fi
+  sweep_command "$name" "$f" || die "unknown command $name"
   RUN=("$Q" "${ARGS[@]}")
 }
 

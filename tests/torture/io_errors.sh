@@ -37,25 +37,17 @@ read -r -a COMMANDS <<<"${IO_COMMANDS:-send send-lines receive ack nack create}"
 [[ $fault == split ]] && COMMANDS=(send-twice)
 BASE=$T/base.q
 make_base "$BASE"
-base_receipt=$(<"$T/receipt")
 before=$(dump "$BASE")
 
 q_cmd() {
   local name=$1 f=$2
-  : >"$T/stdin"
-  ARGS=() PRE=()
-  case $name in
-    send-twice)
-      # A first send that always works, then the one the errors hit.
-      PRE=(-f "$f" send t one -q)
-      ARGS=(-f "$f" send t two) ;;
-    send) ARGS=(-f "$f" send t "io-body") ;;
-    send-lines) seq -f 'line-%g' 1 200 >"$T/stdin"; ARGS=(-f "$f" send t --lines) ;;
-    receive) ARGS=(-f "$f" receive t -n 2) ;;
-    ack) ARGS=(-f "$f" ack t "$base_receipt") ;;
-    nack) ARGS=(-f "$f" nack t "$base_receipt" --json) ;;
-    create) ARGS=(-f "$f" create u --max-receives 9) ;;
-  esac
+  PRE=()
+  if [[ $name == send-twice ]]; then
+    # A first send that always works, then the one the errors hit.
+    PRE=(-f "$f" send t one -q)
+    name=send
+  fi
+  sweep_command "$name" "$f" || die "unknown command $name"
   RUN=("$Q" "${ARGS[@]}")
 }
 run_pre() { ((${#PRE[@]} == 0)) || "$Q" "${PRE[@]}" </dev/null >/dev/null || die "${PRE[*]} failed"; }

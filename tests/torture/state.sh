@@ -9,6 +9,33 @@
 #                         every message (id, body, receive count, state), every dead
 #                         letter. Prints "ERROR exit N: ..." when q cannot read it.
 #   file_ok FILE          LMDB can walk every page (mdb_dump) and q can write to it
+#   sweep_command NAME FILE
+#                         ARGS=(q's arguments) and $T/stdin for command NAME of the
+#                         sweeps on FILE (a copy of make_base's file; ack, nack and
+#                         extend use its receipt); returns 1 for an unknown NAME
+
+sweep_command() {
+  local name=$1 f=$2
+  : >"$T/stdin"
+  case $name in
+    send) ARGS=(-f "$f" send t "sweep-body") ;;
+    # Not -q: a failed command must print nothing, which -q would make vacuous.
+    send-lines) seq -f 'line-%g' 1 200 >"$T/stdin"; ARGS=(-f "$f" send t --lines) ;;
+    send-big) head -c 300000 /dev/zero | tr '\0' x >"$T/stdin"; ARGS=(-f "$f" send t) ;;
+    receive) ARGS=(-f "$f" receive t -n 2) ;;
+    ack) ARGS=(-f "$f" ack t "$(<"$T/receipt")") ;;
+    nack) ARGS=(-f "$f" nack t "$(<"$T/receipt")" --json) ;;
+    extend) ARGS=(-f "$f" extend t "$(<"$T/receipt")" --by 2h) ;;
+    create-fresh) ARGS=(-f "$f" create fresh) ;;
+    create) ARGS=(-f "$f" create u --max-receives 9) ;;
+    redrive) ARGS=(-f "$f" redrive d) ;;
+    purge) ARGS=(-f "$f" purge t) ;;
+    delete) ARGS=(-f "$f" delete t) ;;
+    dlq-purge) ARGS=(-f "$f" dlq purge d) ;;
+    config) ARGS=(-f "$f" config t --max-receives 7) ;;
+    *) return 1 ;;
+  esac
+}
 
 make_base() {
   local f=$1
