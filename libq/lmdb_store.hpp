@@ -95,6 +95,12 @@ class Env {
   void attach();
   void open_lmdb(const std::string& file, unsigned extra_flags);
   void refuse_truncated();
+  struct MetaRoots {
+    std::uint64_t free_root = 0;
+    std::uint64_t main_root = 0;
+    std::uint64_t last_page = 0;  // ~0: no valid meta page
+  };
+  MetaRoots newest_meta(std::uint64_t page_size) const;
   void init_databases(bool may_initialize);
   void lock_bounded(int fd, const std::string& what);
 

@@ -121,16 +121,9 @@ class Run {
   explicit Run(qfuzz::Bytes& in) : in_(in) {}
 
   void go() {
-    std::string path = tmp_dir() + "/model.q";
-    std::filesystem::remove(path);
-    std::filesystem::remove(path + "-lock");
-    LmdbOptions options;
-    options.open.path = path;
-    options.open.create = true;
-    options.open.durable = false;
-    options.clock = &clock_;
-    options.random = [this] { return ++nonce_; };
-    broker_ = open_lmdb_broker(options);
+    std::filesystem::remove(path());
+    std::filesystem::remove(path() + "-lock");
+    open(true);
 
     // The queue's settings come from the input too.
     ConfigChange change;
@@ -150,7 +143,7 @@ class Run {
 
     for (int step = 0; step < 400 && !in_.empty(); ++step) {
       m_.now = clock_.now();
-      switch (in_.below(12)) {
+      switch (in_.below(13)) {
         case 0: case 1: send(); break;
         case 2: case 3: receive(); break;
         case 4: ack(); break;
@@ -160,13 +153,43 @@ class Run {
         case 9: redrive(); break;
         case 10: dead_letter(); break;
         case 11: if (in_.below(4) == 0) purge(); else advance(); break;
+        case 12: reopen(); break;
       }
       compare_state();
+      check_verify();
     }
     broker_.reset();
   }
 
  private:
+  static std::string path() { return tmp_dir() + "/model.q"; }
+
+  void open(bool create) {
+    LmdbOptions options;
+    options.open.path = path();
+    options.open.create = create;
+    options.open.durable = false;
+    options.clock = &clock_;
+    options.random = [this] { return ++nonce_; };
+    broker_ = open_lmdb_broker(options);
+  }
+
+  // Closes the environment and opens the file again, as the next process
+  // would: what one process committed must be usable by the next (a false
+  // "truncated" refusal after a bulk purge once made every new process fail).
+  void reopen() {
+    trace_.push_back(fmt::format("t={} reopen", m_.now));
+    broker_.reset();
+    auto kind = attempt([&] { open(false); });
+    expect_kind("reopen", kind, std::nullopt);
+  }
+
+  void check_verify() {
+    auto problems = broker_->verify();
+    if (!problems.empty())
+      disagree(trace_, fmt::format("verify: {}", fmt::join(problems, "; ")));
+  }
+
   // ---- operations -----------------------------------------------------------
   template <typename F>
   std::optional<ErrorKind> attempt(F&& f) {
@@ -194,12 +217,17 @@ class Run {
   }
 
   void send() {
-    std::uint32_t n = 1 + in_.below(3);
+    // Mostly a few messages; sometimes a bulk batch of larger bodies, so that
+    // purges and drains free many pages in one transaction.
+    const bool bulk = in_.below(10) == 0;
+    std::uint32_t n = bulk ? 50 + in_.below(600) : 1 + in_.below(3);
+    const std::string padding(bulk ? in_.below(300) : 0, 'p');
     std::vector<OutgoingMessage> batch;
     std::string dedup_id;
     if (n == 1 && in_.below(3) == 0) dedup_id = fmt::format("d{}", in_.below(4));
     for (std::uint32_t k = 0; k < n; ++k)
-      batch.push_back({fmt::format("b{}-{}", body_counter_++, in_.below(100)), {}, dedup_id, ""});
+      batch.push_back(
+          {fmt::format("b{}-{}{}", body_counter_++, in_.below(100), padding), {}, dedup_id, ""});
     SendOptions options;
     Millis delay = 0;
     if (in_.below(4) == 0) {
@@ -257,7 +285,7 @@ class Run {
 
   void receive() {
     ReceiveOptions options;
-    options.max_messages = 1 + in_.below(4);
+    options.max_messages = in_.below(8) == 0 ? 1000 : 1 + in_.below(4);
     static const Millis vts[] = {-1, 0, 1000, 5000, 30000};
     Millis vt = vts[in_.below(5)];
     if (vt >= 0) options.visibility_timeout = vt;
@@ -313,8 +341,14 @@ class Run {
 
   void ack() {
     std::vector<std::string> receipts;
-    std::uint32_t n = 1 + in_.below(3);
-    for (std::uint32_t k = 0; k < n; ++k) receipts.push_back(pick_receipt());
+    if (in_.below(8) == 0) {
+      receipts = receipts_;  // a bulk ack of every receipt handed out, most stale
+    } else {
+      std::uint32_t n = 1 + in_.below(3);
+      for (std::uint32_t k = 0; k < n; ++k) receipts.push_back(pick_receipt());
+    }
+    // The same receipt twice in one call: the second is stale, not a second ack.
+    if (!receipts.empty() && in_.below(4) == 0) receipts.push_back(receipts.front());
     trace_.push_back(fmt::format("t={} ack {}", m_.now, fmt::join(receipts, " ")));
     std::vector<ReceiptResult> got;
     auto kind = attempt([&] { got = broker_->ack("m", receipts); });
