@@ -3,42 +3,10 @@
 #include <fmt/format.h>
 
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 namespace cli {
-namespace {
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when there is none.
-std::size_t utf8_sequence(std::string_view s, std::size_t i) {
-  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = byte(i);
-  std::size_t n;
-  std::uint32_t cp;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
-  else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
-  else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
-}  // namespace
-
-bool is_utf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t n = utf8_sequence(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
+using q::utf8_sequence;
 
 std::string base64(std::string_view s) {
   static const char alphabet[] =

@@ -5,10 +5,11 @@
 #include <string_view>
 
 #include "broker.hpp"
+#include "utf8.hpp"
 
 namespace cli {
 
-bool is_utf8(std::string_view s);
+using q::is_utf8;
 std::string base64(std::string_view s);
 
 // A JSON string literal, quotes included.

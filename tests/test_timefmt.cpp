@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 using namespace q;
 
@@ -42,4 +43,23 @@ TEST(Time, ParsesRfc3339AndUnix) {
 TEST(Time, FormatsUtcWithMilliseconds) {
   EXPECT_EQ(format_time(1796025600250), "2026-11-30T08:00:00.250Z");
   EXPECT_EQ(format_time(0), "1970-01-01T00:00:00.000Z");
+}
+
+// Cutting text to a byte budget keeps it valid UTF-8 (issue 17: reasons and
+// stderr tails were cut mid-character, and export then wrote what import refused).
+TEST(Utf8, PrefixAndSuffixNeverSplitACharacter) {
+  const std::string text = "a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d";  // aébcd with é € 😀
+  ASSERT_TRUE(q::is_utf8(text));
+  for (std::size_t n = 0; n <= text.size(); ++n) {
+    auto head = q::utf8_prefix(text, n);
+    auto tail = q::utf8_suffix(text, n);
+    EXPECT_TRUE(q::is_utf8(head)) << n;
+    EXPECT_TRUE(q::is_utf8(tail)) << n;
+    EXPECT_LE(head.size(), n);
+    EXPECT_LE(tail.size(), n);
+    EXPECT_GE(head.size() + 3, n) << "cut more than one character";
+    EXPECT_GE(tail.size() + 3, n) << "cut more than one character";
+  }
+  // Bytes that are not UTF-8 are cut where the budget says.
+  EXPECT_EQ(q::utf8_prefix("\xff\xff\xff\xff", 2).size(), 2u);
 }
