@@ -55,12 +55,21 @@ struct DlqListFlags {
 void run_list(const DlqListFlags& f, Context& ctx) {
   DeadFilter filter(f.filter);
   q::Millis now = q::SystemClock().now();
+  // One dead letter at a time: memory follows what is shown, not the queue.
   std::vector<q::Message> letters;
-  for (auto& m : ctx.open()->dead_letters(f.queue, SIZE_MAX))
-    if (filter.matches(m, now) && letters.size() < f.max) letters.push_back(std::move(m));
+  std::map<std::string, std::uint64_t> counts;
+  std::uint64_t matched = 0;
+  ctx.open()->each_dead_letter(f.queue, [&](const q::Message& m) {
+    if (matched >= f.max) return false;
+    if (!filter.matches(m, now)) return true;
+    if (f.by_reason) {
+      ++counts[m.reason];
+    } else {
+      letters.push_back(m);
+    }
+    return ++matched < f.max;
+  });
   if (f.by_reason) {
-    std::map<std::string, std::uint64_t> counts;
-    for (const auto& m : letters) ++counts[m.reason];
     std::vector<std::pair<std::string, std::uint64_t>> sorted(counts.begin(), counts.end());
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });

@@ -1,5 +1,10 @@
 // q export QUEUE, q import QUEUE: messages as JSON lines, to move them between
 // files or to look at a queue with jq.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -85,8 +90,10 @@ q::Message parse_line(const std::string& line, std::size_t number) {
     }
   }
   if (j.contains("receive_count")) {
-    if (!j["receive_count"].is_number_unsigned()) throw bad("\"receive_count\" is not a count");
-    m.receive_count = j["receive_count"].get<std::uint32_t>();
+    if (!j["receive_count"].is_number_unsigned() ||
+        j["receive_count"].get<std::uint64_t>() > UINT32_MAX)
+      throw bad(fmt::format("\"receive_count\" is not a count from 0 to {}", UINT32_MAX));
+    m.receive_count = static_cast<std::uint32_t>(j["receive_count"].get<std::uint64_t>());
   }
   m.sent_at = time("sent_at").value_or(q::SystemClock().now());
   auto state = text("state").value_or("visible");
@@ -100,9 +107,56 @@ q::Message parse_line(const std::string& line, std::size_t number) {
   m.last_received_at = time("last_received_at");
   m.dead_at = time("dead_at");
   m.reason = text("reason").value_or("");
+  // Present means given: an empty one is refused as send refuses it.
   m.dedup_id = text("dedup_id").value_or("");
+  if (text("dedup_id") && m.dedup_id.empty()) throw bad("\"dedup_id\" is empty");
   m.group = text("group").value_or("");
+  if (text("group") && m.group.empty()) throw bad("\"group\" is empty");
   return m;
+}
+
+// The longest line a message the queue accepts can take in JSON: a body of
+// its max size written with every byte escaped (\u0000 is 6 bytes), and all
+// its attributes. Longer lines are refused while being read, not parsed.
+std::size_t longest_line(q::Broker& broker, const std::string& queue, bool create) {
+  q::QueueConfig config;
+  try {
+    config = broker.configure(queue, {});
+  } catch (const q::Error& e) {
+    if (e.kind() != q::ErrorKind::NotFound || !create) throw;
+  }
+  return 6 * (std::size_t{config.max_size} + q::kMaxAttributeBytes) + 64 * 1024;
+}
+
+// Calls `each` with every line of standard input and its number; a line
+// longer than max_line is refused as soon as it is.
+void each_line(std::size_t max_line,
+               const std::function<void(const std::string&, std::size_t)>& each) {
+  std::string line;
+  std::size_t number = 1;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw q::Error(q::ErrorKind::Io,
+                     fmt::format("cannot read standard input: {}", std::strerror(errno)));
+    if (n == 0) break;
+    for (std::string_view rest(buf, static_cast<std::size_t>(n)); !rest.empty();) {
+      auto end = rest.find('\n');
+      line.append(rest.substr(0, end));
+      if (line.size() > max_line)
+        throw q::Error(q::ErrorKind::InvalidData,
+                       fmt::format("standard input, line {}: over {} bytes, longer than any "
+                                   "message the queue accepts; nothing was imported",
+                                   number, max_line));
+      if (end == std::string_view::npos) break;
+      each(line, number++);
+      line.clear();
+      rest.remove_prefix(end + 1);
+    }
+  }
+  if (!line.empty()) each(line, number);
 }
 
 }  // namespace
@@ -115,7 +169,20 @@ void add_export(CLI::App& app, Context& ctx) {
                 "body (or body_base64), attributes, times, receive count, state");
   cmd->add_option("QUEUE", *queue, "Queue to export")->required();
   cmd->callback([queue, &ctx] {
-    ctx.open()->export_messages(*queue, [&](const q::Message& m) { ctx.out += message_json(m, true); });
+    // Streamed: what is printed leaves in pieces of 64 KiB, so memory stays
+    // that of one message whatever the queue holds.
+    struct ClosedOutput {};
+    try {
+      ctx.open()->export_messages(*queue, [&](const q::Message& m) {
+        ctx.out += message_json(m, true);
+        if (ctx.out.size() < (1 << 16)) return;
+        bool written = write_stdout(ctx.out);
+        ctx.out.clear();
+        if (!written) throw ClosedOutput{};
+      });
+    } catch (const ClosedOutput&) {
+      ctx.exit = kIoErr;
+    }
   });
 }
 
@@ -129,14 +196,14 @@ void add_import(CLI::App& app, Context& ctx) {
   cmd->add_option("QUEUE", *queue, "Queue to import into")->required();
   cmd->add_flag("--create", *create, "Create the queue (standard, default settings) if missing");
   cmd->callback([queue, create, &ctx] {
+    auto broker = ctx.open(*create);
+    const std::size_t max_line = longest_line(*broker, *queue, *create);
     std::vector<q::Message> messages;
-    std::size_t number = 0;
-    for (const auto& line : split_records(read_stdin(), '\n')) {
-      ++number;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    each_line(max_line, [&](const std::string& line, std::size_t number) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) return;
       messages.push_back(parse_line(line, number));
-    }
-    for (const auto& id : ctx.open(*create)->import_messages(*queue, std::move(messages), *create))
+    });
+    for (const auto& id : broker->import_messages(*queue, std::move(messages), *create))
       ctx.out += id + "\n";
   });
 }

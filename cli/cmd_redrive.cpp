@@ -1,6 +1,7 @@
 // q redrive QUEUE [--id ID]... [--reason REGEX] [--since DUR] [--max N]
 //                 [--rate N/s] [--to QUEUE] [--dry-run]
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -44,12 +45,12 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
     // Choose the dead letters here, then move exactly those.
     q::Millis now = q::SystemClock().now();
     std::vector<std::string> chosen;
-    for (const auto& m : broker->dead_letters(f.queue, SIZE_MAX)) {
-      if (!f.ids.empty() && std::find(f.ids.begin(), f.ids.end(), m.id) == f.ids.end()) continue;
-      if (!filter.matches(m, now)) continue;
-      if (f.max && chosen.size() >= *f.max) break;
-      chosen.push_back(m.id);
-    }
+    broker->each_dead_letter(f.queue, [&](const q::Message& m) {
+      if (f.max && chosen.size() >= *f.max) return false;
+      if (!f.ids.empty() && std::find(f.ids.begin(), f.ids.end(), m.id) == f.ids.end()) return true;
+      if (filter.matches(m, now)) chosen.push_back(m.id);
+      return true;
+    });
     if (chosen.empty()) return;
     options.ids = chosen;
     options.max.reset();
@@ -61,24 +62,45 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
   // Trickle: a small batch every tenth of a second, printed as it goes, so a
   // downstream that just recovered is not flooded.
   if (options.ids.empty()) {
-    for (const auto& m : broker->dead_letters(f.queue, f.max.value_or(SIZE_MAX)))
+    broker->each_dead_letter(f.queue, [&](const q::Message& m) {
+      if (f.max && options.ids.size() >= *f.max) return false;
       options.ids.push_back(m.id);
+      return true;
+    });
     options.max.reset();
   }
   const std::size_t per_tick = std::max<std::size_t>(1, static_cast<std::size_t>(rate / 10));
   const auto tick = std::chrono::microseconds(static_cast<long long>(1e6 * per_tick / rate));
   auto next = std::chrono::steady_clock::now();
+  std::size_t moved = 0;
   for (std::size_t i = 0; i < options.ids.size(); i += per_tick) {
     std::this_thread::sleep_until(next);
     next += tick;
     q::RedriveOptions batch = options;
+    // Chosen before the trickle began: one redriven, deleted or expired
+    // since is passed over, not a reason to stop.
+    batch.skip_missing = true;
     batch.ids.assign(options.ids.begin() + i,
                      options.ids.begin() + std::min(options.ids.size(), i + per_tick));
-    if (!write_stdout(print(broker->redrive(f.queue, batch)))) {
+    std::vector<q::Message> done;
+    try {
+      done = broker->redrive(f.queue, batch);
+    } catch (const q::Error& e) {
+      if (moved == 0) throw;
+      // Some moved already: say how many, and exit "partly done".
+      std::fprintf(stderr, "q: %s\nq: redrive stopped after %zu of %zu dead letters of %s\n",
+                   e.what(), moved, options.ids.size(), f.queue.c_str());
+      ctx.exit = kPartial;
+      return;
+    }
+    moved += done.size();
+    if (!write_stdout(print(done))) {
       ctx.exit = kIoErr;
       return;
     }
   }
+  std::fprintf(stderr, "q: redrove %zu of %zu dead letters of %s\n", moved, options.ids.size(),
+               f.queue.c_str());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ enum Exit : int {
   kOk = 0,
   kEmpty = 1,        // nothing to receive
   kStale = 3,        // a receipt is stale
+  kPartial = 4,      // partly done: some moved or ran, then it stopped (see the command's page)
   kUsage = 64,       // EX_USAGE
   kDataErr = 65,     // EX_DATAERR: too large, malformed receipt or attribute
   kNoInput = 66,     // EX_NOINPUT: no such queue file, queue or message

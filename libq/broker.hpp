@@ -25,6 +25,7 @@ constexpr std::size_t kMaxDedupId = 128;
 constexpr std::size_t kMaxReason = 4096;
 constexpr std::size_t kMaxAttributes = 64;
 constexpr std::size_t kMaxAttributeKey = 256;
+constexpr std::size_t kMaxAttributeBytes = 64 * 1024;  // all keys and values of a message
 constexpr std::uint32_t kMaxMaxSize = 256u * 1024 * 1024;
 constexpr std::size_t kMaxIdempotencyKey = 256;
 constexpr std::size_t kMaxGroupId = 128;
@@ -172,6 +173,9 @@ struct RedriveOptions {
   std::optional<std::uint64_t> max;       // at most this many
   bool dry_run = false;
   std::string to;                         // another queue to move them to; empty: their own
+  // Ids that are no longer dead letters (redriven, deleted or expired since
+  // they were chosen) are passed over instead of failing the whole call.
+  bool skip_missing = false;
 };
 
 struct RemovedCounts {
@@ -234,6 +238,10 @@ class Broker {
   virtual std::vector<QueueStats> stats(const std::string& queue) = 0;
 
   virtual std::vector<Message> dead_letters(const std::string& queue, std::size_t max) = 0;
+  // Each dead letter, oldest first, one at a time (memory: one message), until
+  // `each` returns false.
+  virtual void each_dead_letter(const std::string& queue,
+                                const std::function<bool(const Message&)>& each) = 0;
   virtual std::uint64_t purge_dead_letters(const std::string& queue) = 0;
   // Returns the dead letters moved back (or that would move, with dry_run).
   virtual std::vector<Message> redrive(const std::string& queue,

@@ -20,6 +20,7 @@
 #include "records.hpp"
 #include "sha256.hpp"
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 namespace q {
 namespace {
@@ -32,6 +33,9 @@ using store::Txn;
 // Lazy clean-up of expired messages, dead letters and dedup entries rides on
 // transactions that run anyway; the bound keeps any one of them short.
 constexpr std::size_t kExpireBatch = 1000;
+// Imported ids are kept only below this: next-seq must stay above every key
+// and never wrap (2^52 is 140 years of sends at a million a second).
+constexpr std::uint64_t kMaxKeptSeq = std::uint64_t{1} << 52;
 
 // Sends of at least this many messages first commit a small change (see
 // commit_small_change).
@@ -308,6 +312,8 @@ class QueueView {
     auto delays_due = promote(db.delayed);
     rec.delayed -= delays_due;
     rec.ready += delays_due;
+    if (auto budget = rate_budget())  // a future stored by a clock ahead is pulled back, once
+      rec.rate_tat_us = static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
     expire_messages();
     expire_dead_letters();
     expire_keys(db.dedup_expiry, db.dedup, 8);  // value: seq, expires
@@ -328,12 +334,20 @@ class QueueView {
     return RateBudget{interval, interval * std::floor(rec.config.rate / 10)};
   }
 
+  // The stored theoretical arrival time, never further ahead of now than one
+  // full burst and one interval: a consumer whose clock ran ahead (or a clock
+  // stepped back) must not make every other consumer wait for its future.
+  double rate_tat(const RateBudget& budget, double now_us) const {
+    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
+    return std::min(tat, now_us + budget.tolerance_us + budget.interval_us);
+  }
+
   // How many starts the budget allows now.
   std::uint64_t rate_allows() const {
     auto budget = rate_budget();
     if (!budget) return UINT64_MAX;
     double now_us = static_cast<double>(now) * 1000;
-    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
+    double tat = rate_tat(*budget, now_us);
     if (tat > now_us + budget->tolerance_us) return 0;
     return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) + 1;
   }
@@ -342,7 +356,7 @@ class QueueView {
     auto budget = rate_budget();
     if (!budget || starts == 0) return;
     double now_us = static_cast<double>(now) * 1000;
-    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
+    double tat = rate_tat(*budget, now_us);
     rec.rate_tat_us = static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
   }
 
@@ -350,23 +364,35 @@ class QueueView {
   Millis rate_ready_at() const {
     auto budget = rate_budget();
     if (!budget) return INT64_MIN;
-    double at_us = static_cast<double>(rec.rate_tat_us) - budget->tolerance_us;
+    const double now_us = static_cast<double>(now) * 1000;
+    // A stored future no consumer on this clock could have made: ready now,
+    // so that the next write transaction pulls it back (see maintain()).
+    if (static_cast<double>(rec.rate_tat_us) > now_us + budget->tolerance_us + budget->interval_us)
+      return now;
+    double at_us = rate_tat(*budget, now_us) - budget->tolerance_us;
     return static_cast<Millis>(std::ceil(at_us / 1000));
   }
 
+  // Retention counts from the time a message first became available (its
+  // send, the end of its delay, its redrive or import): the `age` index holds
+  // exactly that time, so expired messages are a prefix of it, whatever the
+  // order of their ids.
   void expire_messages() {
-    std::vector<std::pair<std::uint64_t, Header>> old;
+    std::vector<std::uint64_t> old;
     {
-      Cursor c(txn, db.messages);
+      Cursor c(txn, db.age);
       for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
            ok = c.next()) {
-        auto header = store::decode_header(c.value());
-        if (!header) break;  // reported when someone reads it
-        if (header->sent_at + rec.config.retention > now) break;
-        old.emplace_back(store::key_q_seq_seq(c.key()), std::move(*header));
+        if (store::key_time(c.key()) + rec.config.retention > now) break;
+        old.push_back(store::key_time_seq(c.key()));
       }
     }
-    for (const auto& [seq, header] : old) remove_live(seq, header);
+    for (auto seq : old) {
+      auto header = find_header(db.messages, seq);
+      if (!header) corrupt(fmt::format("message {} is in the age index but missing",
+                                       store::message_id(seq)));
+      remove_live(seq, *header);
+    }
     rec.counters.expired += old.size();
   }
 
@@ -425,8 +451,9 @@ class QueueView {
     return seq;
   }
 
-  void remember_dedup(const std::string& dedup_id, std::uint64_t seq) {
-    Millis expires = now + rec.config.dedup_window;
+  void remember_dedup(const std::string& dedup_id, std::uint64_t seq,
+                      std::optional<Millis> until = std::nullopt) {
+    Millis expires = until.value_or(now + rec.config.dedup_window);
     char value[16];
     std::memcpy(value, &seq, 8);
     std::memcpy(value + 8, &expires, 8);
@@ -587,6 +614,9 @@ class LmdbBroker final : public Broker {
                               view.rec.config.fifo ? "" : " with --fifo"));
     QueueConfig config = apply(view.rec.config, change);
     validate(config);
+    // The shared rate state belongs to the old rate: an hour's wait earned at
+    // 1/h must not hold back starts at 100/s.
+    if (config.rate != view.rec.config.rate) view.rec.rate_tat_us = 0;
     view.rec.config = config;
     view.save();
     txn.commit();
@@ -643,8 +673,8 @@ class LmdbBroker final : public Broker {
     if (options.at) visible_at = std::max(view.now, *options.at);
     if (visible_at - view.now >= config.retention)
       throw Error(ErrorKind::InvalidData,
-                  fmt::format("queue {}: a message visible at {} would expire (retention {}) "
-                              "before anyone could receive it",
+                  fmt::format("queue {}: a message visible at {} is further ahead than the "
+                              "queue's retention ({})",
                               queue, format_time(visible_at), format_duration(config.retention)));
 
     std::size_t index = 0;
@@ -779,7 +809,7 @@ class LmdbBroker final : public Broker {
     auto view = open(txn, queue);
     view.maintain();
     auto [seq, header] = view.current_delivery(receipt);
-    view.dead_letter(seq, std::move(header), reason.substr(0, kMaxReason));
+    view.dead_letter(seq, std::move(header), std::string(utf8_prefix(reason, kMaxReason)));
     view.save();
     txn.commit();
   }
@@ -825,7 +855,14 @@ class LmdbBroker final : public Broker {
     auto view = open(txn, queue);
     view.maintain();
     std::vector<ReceiptResult> results;
+    // A receipt given twice is acked once and reported the same both times.
+    std::unordered_map<std::string_view, std::size_t> first_result;
     for (const auto& receipt : receipts) {
+      if (auto seen = first_result.find(receipt); seen != first_result.end()) {
+        results.push_back(results[seen->second]);
+        continue;
+      }
+      first_result.emplace(receipt, results.size());
       ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
       try {
         auto delivery = view.current_delivery(receipt);
@@ -966,6 +1003,21 @@ class LmdbBroker final : public Broker {
     return out;
   }
 
+  void each_dead_letter(const std::string& queue,
+                        const std::function<bool(const Message&)>& each) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    Cursor c(txn, db().dead);
+    for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
+      auto seq = store::key_q_seq_seq(c.key());
+      auto header = store::decode_header(c.value());
+      if (!header)
+        view.corrupt(fmt::format("the dead letter {} is damaged (checksum mismatch)",
+                                 store::message_id(seq)));
+      if (!each(to_message(seq, *header, view.body(seq), MessageState::Dead))) return;
+    }
+  }
+
   std::uint64_t purge_dead_letters(const std::string& queue) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
@@ -983,15 +1035,19 @@ class LmdbBroker final : public Broker {
     if (options.ids.empty()) {
       chosen = dead_headers(view, options.max.value_or(SIZE_MAX));
     } else {
+      std::unordered_set<std::uint64_t> named;  // an id given twice moves once
       for (const auto& id : options.ids) {
         auto seq = store::parse_message_id(id);
         if (!seq)
           throw Error(ErrorKind::InvalidData,
                       fmt::format("--id {}: not a message id (like m1f)", id));
+        if (!named.insert(*seq).second) continue;
         auto header = view.find_header(db().dead, *seq);
-        if (!header)
+        if (!header) {
+          if (options.skip_missing) continue;
           throw Error(ErrorKind::NotFound,
                       fmt::format("queue {}: no dead letter {}; nothing was redriven", queue, id));
+        }
         if (options.max && chosen.size() >= *options.max) break;
         chosen.emplace_back(*seq, std::move(*header));
       }
@@ -1013,6 +1069,15 @@ class LmdbBroker final : public Broker {
                       fmt::format("queue {}: is a FIFO queue and dead letter {} has no group; "
                                   "nothing was redriven",
                                   into.name, store::message_id(seq)));
+    // A redriven message enters the target as a send would: the target's rules apply.
+    for (const auto& m : out) {
+      if (m.body.size() > into.rec.config.max_size)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("queue {}: dead letter {} is {} bytes, over the queue's max size "
+                                "of {} bytes; nothing was redriven",
+                                into.name, m.id, m.body.size(), into.rec.config.max_size));
+      check_outgoing(into.name, {m.body, m.attributes, {}, m.group});
+    }
     if (options.dry_run) return out;
 
     const auto& config = into.rec.config;
@@ -1049,10 +1114,12 @@ class LmdbBroker final : public Broker {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     std::vector<std::string> missing;
+    std::unordered_set<std::uint64_t> named;  // an id given twice is deleted once
     for (const auto& id : ids) {
       auto seq = store::parse_message_id(id);
       if (!seq)
         throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
+      if (!named.insert(*seq).second) continue;
       auto header = view.find_header(db().dead, *seq);
       if (header)
         view.remove_dead(*seq, *header);
@@ -1096,22 +1163,21 @@ class LmdbBroker final : public Broker {
     }
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
     view.maintain();
-    const auto& config = view.rec.config;
+    // A record whose id came before in this import is the same message again.
+    std::vector<std::optional<std::size_t>> repeat_of(messages.size());
+    {
+      std::unordered_map<std::string_view, std::size_t> first;
+      for (std::size_t i = 0; i < messages.size(); ++i)
+        if (!messages[i].id.empty())
+          if (auto [it, fresh] = first.emplace(messages[i].id, i); !fresh) repeat_of[i] = it->second;
+    }
     std::uint64_t live = 0;
     for (std::size_t i = 0; i < messages.size(); ++i) {
-      const auto& m = messages[i];
-      auto where = fmt::format("queue {}: imported message {} ({})", queue, i + 1, m.id);
-      if (m.body.size() > config.max_size)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("{}: {} bytes, over the queue's max size; nothing was imported",
-                                where, m.body.size()));
-      if (config.fifo && m.group.empty())
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("{}: has no group, and this is a FIFO queue; nothing was imported",
-                                where));
-      check_outgoing(queue, {m.body, m.attributes, m.dedup_id, m.group});
-      live += m.state != MessageState::Dead;
+      if (repeat_of[i]) continue;
+      check_imported(view, messages[i], i);
+      live += messages[i].state != MessageState::Dead;
     }
+    const auto& config = view.rec.config;
     if (config.max_depth != 0 && view.depth() + live > config.max_depth)
       throw Error(ErrorKind::Full,
                   fmt::format("queue {}: {} messages would not fit under max depth {}; nothing was "
@@ -1119,40 +1185,16 @@ class LmdbBroker final : public Broker {
                               queue, live, config.max_depth));
 
     std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
+    const bool keep_ids = ids_can_be_kept(txn, messages, repeat_of);
     std::vector<std::string> ids;
-    for (auto& m : messages) {
-      // Keep the message's id when it is free in this file.
-      auto wanted = store::parse_message_id(m.id);
-      std::uint64_t seq = wanted && !txn.get(db().bodies, store::key_seq(*wanted)) ? *wanted
-                                                                                    : next_seq;
-      next_seq = std::max(next_seq, seq + 1);
-      Header header;
-      header.receive_count = m.receive_count;
-      header.sent_at = m.sent_at;
-      header.first_received_at = m.first_received_at.value_or(0);
-      header.last_received_at = m.last_received_at.value_or(0);
-      header.reason = m.reason.substr(0, kMaxReason);
-      header.group = config.fifo ? m.group : std::string();
-      if (m.state == MessageState::Dead) {
-        header.dead_at = m.dead_at.value_or(view.now);
-        view.put_header(db().dead, seq, header);
-        txn.put(db().dead_expiry, store::key_q_time_seq(view.rec.qid, header.dead_at, seq), {});
-        ++view.rec.dead;
-      } else {
-        bool delayed = m.state == MessageState::Delayed && m.visible_at > view.now;
-        header.visible_at = delayed ? m.visible_at : view.now;
-        header.available_at = delayed ? m.visible_at : std::min(m.sent_at, view.now);
-        header.flags = delayed ? Header::kDelayed : 0;
-        QueueView::GroupEdit group(view, header.group);
-        view.put_header(db().messages, seq, header);
-        view.link(seq, header);
-        group.added(seq);
-        group.done();
-        txn.put(db().age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
-        ++view.rec.counters.sent;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      if (repeat_of[i]) {
+        ids.push_back(ids[*repeat_of[i]]);
+        continue;
       }
-      store::Body body{std::move(m.attributes), m.dedup_id, std::move(m.body)};
-      txn.put(db().bodies, store::key_seq(seq), store::encode(body));
+      std::uint64_t seq = keep_ids ? *store::parse_message_id(messages[i].id) : next_seq;
+      next_seq = std::max(next_seq, seq + 1);
+      store_imported(view, seq, std::move(messages[i]));
       ids.push_back(store::message_id(seq));
     }
     set_meta_u64(txn, store::kNextSeqKey, next_seq);
@@ -1170,6 +1212,93 @@ class LmdbBroker final : public Broker {
 
  private:
   const store::Databases& db() const { return env_->db(); }
+
+  // An import is checked as a send would be, plus its times: nothing can have
+  // happened after now.
+  void check_imported(QueueView& view, const Message& m, std::size_t index) {
+    const auto& config = view.rec.config;
+    auto where = fmt::format("queue {}: imported message {} ({})", view.name, index + 1, m.id);
+    auto refuse = [&](const std::string& why) {
+      throw Error(ErrorKind::InvalidData, fmt::format("{}: {}; nothing was imported", where, why));
+    };
+    if (m.body.size() > config.max_size)
+      refuse(fmt::format("{} bytes, over the queue's max size of {}", m.body.size(),
+                         config.max_size));
+    if (config.fifo && m.group.empty()) refuse("has no group, and this is a FIFO queue");
+    if (!config.fifo && !m.group.empty())
+      refuse(fmt::format("has group '{}', and this is a standard queue", m.group));
+    check_outgoing(view.name, {m.body, m.attributes, m.dedup_id, m.group});
+    for (auto [field, time] : {std::pair{"sent_at", std::optional<Millis>(m.sent_at)},
+                               std::pair{"first_received_at", m.first_received_at},
+                               std::pair{"last_received_at", m.last_received_at},
+                               std::pair{"dead_at", m.dead_at}})
+      if (time && (*time < 0 || *time > view.now))
+        refuse(fmt::format("{} {} is in the future (now {})", field, format_time(*time),
+                           format_time(view.now)));
+    if (m.state == MessageState::Delayed && m.visible_at - view.now >= config.retention)
+      refuse(fmt::format("visible at {} is further ahead than the queue's retention ({})",
+                         format_time(m.visible_at), format_duration(config.retention)));
+  }
+
+  // Imported messages keep their ids when every one of them can: each is a
+  // message id, free in this file, and far from the end of the sequence space
+  // (next-seq must stay above every id), and within each FIFO group they come
+  // in send order. Otherwise all of them get new ids in the order given, so
+  // that a group is never reordered by a mix of kept and new ids.
+  bool ids_can_be_kept(Txn& txn, const std::vector<Message>& messages,
+                       const std::vector<std::optional<std::size_t>>& repeat_of) {
+    std::unordered_map<std::string_view, std::uint64_t> last_in_group;
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      if (repeat_of[i]) continue;
+      const auto& m = messages[i];
+      auto seq = store::parse_message_id(m.id);
+      if (!seq || *seq == 0 || *seq >= kMaxKeptSeq) return false;
+      if (txn.get(db().bodies, store::key_seq(*seq))) return false;
+      if (m.state == MessageState::Dead) continue;
+      auto [it, fresh] = last_in_group.emplace(m.group, *seq);
+      if (!fresh && *seq < it->second) return false;
+      it->second = *seq;
+    }
+    return true;
+  }
+
+  // An imported live message is delivered like a new one: available now (or
+  // when its delay ends), its retention counting from then.
+  void store_imported(QueueView& view, std::uint64_t seq, Message m) {
+    Txn& txn = view.txn;
+    Header header;
+    header.receive_count = m.receive_count;
+    header.sent_at = m.sent_at;
+    header.first_received_at = m.first_received_at.value_or(0);
+    header.last_received_at = m.last_received_at.value_or(0);
+    header.reason = std::string(utf8_prefix(m.reason, kMaxReason));
+    header.group = m.group;
+    if (m.state == MessageState::Dead) {
+      header.dead_at = m.dead_at.value_or(view.now);
+      view.put_header(db().dead, seq, header);
+      txn.put(db().dead_expiry, store::key_q_time_seq(view.rec.qid, header.dead_at, seq), {});
+      ++view.rec.dead;
+    } else {
+      bool delayed = m.state == MessageState::Delayed && m.visible_at > view.now;
+      header.visible_at = delayed ? m.visible_at : view.now;
+      header.available_at = header.visible_at;
+      header.flags = delayed ? Header::kDelayed : 0;
+      QueueView::GroupEdit group(view, header.group);
+      view.put_header(db().messages, seq, header);
+      view.link(seq, header);
+      group.added(seq);
+      group.done();
+      txn.put(db().age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
+      ++view.rec.counters.sent;
+      // A dedup id still inside its window (counted from the original send)
+      // recognises a repeat send after the migration.
+      Millis dedup_until = m.sent_at + view.rec.config.dedup_window;
+      if (!m.dedup_id.empty() && dedup_until > view.now && !view.find_dedup(m.dedup_id))
+        view.remember_dedup(m.dedup_id, seq, dedup_until);
+    }
+    store::Body body{std::move(m.attributes), m.dedup_id, std::move(m.body)};
+    txn.put(db().bodies, store::key_seq(seq), store::encode(body));
+  }
 
   // LMDB never reuses in a transaction the pages the one before it freed (that
   // snapshot must survive a crash). A bulk send right after a drain would grow
@@ -1293,11 +1422,20 @@ class LmdbBroker final : public Broker {
       throw Error(ErrorKind::InvalidData,
                   fmt::format("queue {}: {} attributes, at most {}", queue, m.attributes.size(),
                               kMaxAttributes));
-    for (const auto& [key, value] : m.attributes)
+    std::size_t attribute_bytes = 0;
+    for (const auto& [key, value] : m.attributes) {
       if (key.empty() || key.size() > kMaxAttributeKey)
         throw Error(ErrorKind::InvalidData,
                     fmt::format("queue {}: attribute key '{}': must be 1 to {} bytes", queue, key,
                                 kMaxAttributeKey));
+      attribute_bytes += key.size() + value.size();
+    }
+    // q work hands attributes to its command as environment variables, and
+    // execve refuses one over 128 KiB (E2BIG): a message must stay runnable.
+    if (attribute_bytes > kMaxAttributeBytes)
+      throw Error(ErrorKind::InvalidData,
+                  fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}",
+                              queue, attribute_bytes, kMaxAttributeBytes));
   }
 
   std::uint32_t next_qid(Txn& txn) {
@@ -1371,12 +1509,19 @@ class LmdbBroker final : public Broker {
   // are counted as visible. Every write moves them, so this stays short.
   QueueStats queue_stats(Txn& txn, const std::string& name, const QueueRecord& rec, Millis now) {
     auto prefix = store::key_q(rec.qid);
+    // FIFO: leases that ran out, per group; a group whose every delivery in
+    // flight ran out is no longer held.
+    std::unordered_map<std::string, std::uint64_t> lapsed_in_group;
     auto count_due = [&](MDB_dbi dbi) {
       std::uint64_t n = 0;
       Cursor c(txn, dbi);
       for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) {
         if (store::key_time(c.key()) > now) break;
         ++n;
+        if (dbi != db().leases || !rec.config.fifo) continue;
+        auto header = txn.get(db().messages, store::key_q_seq(rec.qid, store::key_time_seq(c.key())));
+        if (auto decoded = header ? store::decode_header(*header) : std::nullopt)
+          ++lapsed_in_group[decoded->group];
       }
       return n;
     };
@@ -1393,6 +1538,11 @@ class LmdbBroker final : public Broker {
     s.dead = rec.dead;
     s.groups = rec.groups;
     s.held_groups = rec.held_groups;
+    for (const auto& [group, lapsed] : lapsed_in_group) {
+      auto bytes = txn.get(db().groups, store::key_q_bytes(rec.qid, group));
+      auto g = bytes ? store::decode_group(*bytes) : std::nullopt;
+      if (g && g->in_flight > 0 && lapsed >= g->in_flight && s.held_groups > 0) --s.held_groups;
+    }
     Cursor age(txn, db().age);
     if (age.seek(prefix) && age.has_prefix(prefix)) {
       Millis available = store::key_time(age.key());

@@ -793,5 +793,6 @@ bool Cursor::seek(std::string_view key) {
 }
 bool Cursor::first() { return move(MDB_FIRST); }
 bool Cursor::next() { return move(MDB_NEXT); }
+bool Cursor::last() { return move(MDB_LAST); }
 
 }  // namespace q::store

@@ -152,6 +152,7 @@ class Cursor {
 
   bool seek(std::string_view key);  // first key >= key
   bool first();
+  bool last();
   bool next();
   std::string_view key() const { return as_view(key_); }
   std::string_view value() const { return as_view(value_); }

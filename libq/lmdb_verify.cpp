@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@ class Verifier {
     for (auto& [qid, q] : queues_) check_queue(qid, q);
     check_unknown_queue_entries();
     check_bodies();
+    check_next_seq();
     if (problems_.size() >= kMaxProblems) problems_.push_back("... (stopped after 1000 problems)");
     return problems_;
   }
@@ -247,6 +249,26 @@ class Verifier {
       if (!std::binary_search(referenced_.begin(), referenced_.end(), seq))
         problem(fmt::format("body of {} belongs to no message", message_id(seq)));
     }
+  }
+
+  // Sends number messages from next-seq on: it must be above every id in
+  // the file (else the next send collides, or the sequence wraps).
+  void check_next_seq() {
+    auto bytes = txn_.get(db_.meta, kNextSeqKey);
+    if (!bytes || bytes->size() != 8) {
+      problem("meta: next-seq is missing or damaged");
+      return;
+    }
+    std::uint64_t next = 0;
+    std::memcpy(&next, bytes->data(), 8);
+    Cursor c(txn_, db_.bodies);
+    if (!c.last()) return;
+    std::uint64_t largest = 0;
+    for (unsigned char ch : c.key()) largest = (largest << 8) | ch;
+    if (next <= largest || next == UINT64_MAX)
+      problem(fmt::format("meta: next-seq {} is not above the largest message id {}{}", next,
+                          message_id(largest),
+                          next == UINT64_MAX ? " (the sequence is exhausted)" : ""));
   }
 
   Txn& txn_;

@@ -321,3 +321,43 @@ TEST_F(FifoTest, ManyGroupsStayFastAndExact) {
 }
 
 }  // namespace
+
+// Issue 12, break 11: read-only stats still counted a group as held after its
+// delivery's lease ran out.
+TEST_F(FifoTest, HeldGroupsFollowLeasesThatRanOut) {
+  send("A", "a1");
+  send("A", "a2");
+  ReceiveOptions options;
+  options.visibility_timeout = kSecond;
+  ASSERT_EQ(broker_->receive("orders", options).size(), 1u);
+  EXPECT_EQ(broker_->stats("orders").at(0).held_groups, 1u);
+  clock_.advance(kSecond);
+  auto s = broker_->stats("orders").at(0);
+  EXPECT_EQ(s.visible, 2u);
+  EXPECT_EQ(s.in_flight, 0u);
+  EXPECT_EQ(s.held_groups, 0u);
+}
+
+// Issue 17 §3: an import whose ids collide kept some ids and gave others new
+// ones, reordering a group (a2, a1, a3, a4).
+TEST_F(FifoTest, ImportKeepsGroupOrderWhenIdsCollide) {
+  ASSERT_EQ(send("B", "occupies m1"), "m1");
+  std::vector<Message> export_order;
+  for (int i = 1; i <= 4; ++i) {
+    Message m;
+    m.id = "m" + std::to_string(i);
+    m.body = "a" + std::to_string(i);
+    m.group = "G";
+    m.sent_at = clock_.now();
+    export_order.push_back(m);
+  }
+  broker_->import_messages("orders", export_order, false);
+  std::vector<std::string> got;
+  for (int round = 0; round < 10 && got.size() < 4; ++round) {
+    for (const auto& m : receive(10)) {
+      if (m.group == "G") got.push_back(m.body);
+      ack(m);
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"a1", "a2", "a3", "a4"}));
+}

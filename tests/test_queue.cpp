@@ -308,7 +308,8 @@ TEST_F(QueueTest, AckHandlesEachReceiptOnItsOwn) {
   auto results = broker_->ack("q", {got[0].receipt, "garbage", got[0].receipt, got[1].receipt});
   EXPECT_EQ(results[0].outcome, ReceiptOutcome::Done);
   EXPECT_EQ(results[1].outcome, ReceiptOutcome::Malformed);
-  EXPECT_EQ(results[2].outcome, ReceiptOutcome::Stale);
+  // A receipt given twice is one ack, reported the same both times (issue 12, break 1).
+  EXPECT_EQ(results[2].outcome, ReceiptOutcome::Done);
   EXPECT_EQ(results[3].outcome, ReceiptOutcome::Done);
   EXPECT_EQ(stats("q").counters.acked, 2u);
 }
@@ -958,3 +959,211 @@ TEST_F(QueueTest, LongPollReturnsEmptyAfterTheWait) {
 }
 
 }  // namespace
+
+// ---- seams between features (issues 12 and 17) -----------------------------------
+
+namespace {
+
+// Queue s with max receives 1 and n messages, the first `dead` of them dead letters.
+void dead_letter_first(Broker& broker, FakeClock& clock, int n, int dead) {
+  ConfigChange change;
+  change.max_receives = 1;
+  change.visibility_timeout = 0;
+  broker.create_queue("s", change);
+  for (int i = 1; i <= n; ++i) broker.send("s", {{"body-" + std::to_string(i), {}, ""}}, {});
+  ReceiveOptions options;
+  options.max_messages = static_cast<std::uint32_t>(dead);
+  broker.receive("s", options);
+  clock.advance(1);
+  broker.receive("s", options);  // received once already: dead-lettered
+}
+
+Message imported(const std::string& id, const std::string& body, Millis sent_at,
+                 MessageState state = MessageState::Visible) {
+  Message m;
+  m.id = id;
+  m.body = body;
+  m.sent_at = sent_at;
+  m.state = state;
+  return m;
+}
+
+}  // namespace
+
+// Issue 12, break 1: `redrive --id m3 --id m3` moved m3 twice and broke the counters.
+TEST_F(QueueTest, RepeatedIdsInRedriveAndDeleteCountOnce) {
+  dead_letter_first(*broker_, clock_, 3, 3);
+  ASSERT_EQ(stats("s").dead, 3u);
+  RedriveOptions twice;
+  twice.ids = {"m3", "m3"};
+  EXPECT_EQ(broker_->redrive("s", twice).size(), 1u);
+  auto s = stats("s");
+  EXPECT_EQ(s.visible, 1u);
+  EXPECT_EQ(s.dead, 2u);
+  EXPECT_EQ(s.counters.redriven, 1u);
+  EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+  EXPECT_EQ(broker_->delete_dead_letters("s", {"m1", "m1"}), std::vector<std::string>{});
+  EXPECT_EQ(stats("s").dead, 1u);
+}
+
+// Issue 12, break 2: importing id mffffffffffffffff wrapped next-seq and every
+// later send failed; verify said consistent.
+TEST_F(QueueTest, ImportedIdsNeverExhaustTheSequence) {
+  create("i");
+  for (const char* id : {"mffffffffffffffff", "mfffffffffffffff0", "m10000000000000"}) {
+    auto ids = broker_->import_messages("i", {imported(id, "x", clock_.now())}, false);
+    EXPECT_NE(ids.at(0), id) << "an id at the end of the sequence space was kept";
+    for (int i = 0; i < 20; ++i) send("i", "after");
+  }
+  EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+}
+
+TEST_F(QueueTest, VerifyFlagsNextSeqNotAboveTheLargestId) {
+  create("q");
+  send("q", "a");
+  send("q", "b");
+  broker_.reset();
+  poke(path_, "meta", [](MDB_txn* txn, MDB_dbi dbi) {
+    std::uint64_t two = 2;
+    MDB_val k{8, const_cast<char*>("next-seq")}, v{8, &two};
+    ASSERT_EQ(mdb_put(txn, dbi, &k, &v, 0), 0);
+  });
+  broker_ = open();
+  auto problems = broker_->verify();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("next-seq"), std::string::npos) << problems[0];
+  verify_at_end_ = false;
+}
+
+// Issue 12, break 9: import accepted what send refuses and lost dedup entries.
+TEST_F(QueueTest, ImportValidatesLikeSendAndRestoresDedup) {
+  create("i");
+  auto refused = [&](Message m) {
+    auto before = stats("i");
+    EXPECT_EQ(error_of([&] { broker_->import_messages("i", {m}, false); }), ErrorKind::InvalidData)
+        << m.id;
+    EXPECT_EQ(stats("i").visible, before.visible);
+  };
+  refused(imported("m1", "future", clock_.now() + kHour));
+  auto grouped = imported("m1", "group on a standard queue", clock_.now());
+  grouped.group = "g";
+  refused(grouped);
+  auto far = imported("m1", "visible past retention", clock_.now(), MessageState::Delayed);
+  far.visible_at = clock_.now() + 5 * kDay;
+  refused(far);
+  Message big = imported("m1", "x", clock_.now());
+  big.attributes = {{"a", std::string(kMaxAttributeBytes, 'v')}};
+  refused(big);
+
+  auto m = imported("m7", "once", clock_.now() - kMinute);
+  m.dedup_id = "order-1";
+  broker_->import_messages("i", {m}, false);
+  std::vector<OutgoingMessage> again{{"once", {}, "order-1"}};
+  auto sent = broker_->send("i", again, {});
+  EXPECT_TRUE(sent.at(0).duplicate) << "the dedup id was not restored by import";
+  EXPECT_EQ(sent.at(0).id, "m7");
+}
+
+// Issue 12 break 1 (import) and issue 17 §3: a repeated id is one message, and
+// ids colliding with this file's renumber the import in order.
+TEST_F(QueueTest, ImportTreatsARepeatAsOneAndRenumbersInOrder) {
+  create("i");
+  send("i", "occupies m1");
+  auto ids = broker_->import_messages(
+      "i", {imported("m1", "a", clock_.now()), imported("m2", "b", clock_.now()),
+            imported("m2", "b", clock_.now())},
+      false);
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[1], ids[2]);
+  EXPECT_EQ(stats("i").visible, 3u);
+  auto got = receive("i", 3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].body, "a");
+  EXPECT_EQ(got[2].body, "b");
+}
+
+// Issue 17 §2: a dead letter older than the queue's retention, redriven, was
+// expired by the next write.
+TEST_F(QueueTest, RedriveOfAnOldDeadLetterDeliversItLikeNew) {
+  dead_letter_first(*broker_, clock_, 1, 1);
+  clock_.advance(6 * kDay);  // retention 4 d, dead letters kept 14 d
+  ASSERT_EQ(broker_->redrive("s", {}).size(), 1u);
+  send("s", "a write");
+  auto s = stats("s");
+  EXPECT_EQ(s.counters.expired, 0u);
+  EXPECT_EQ(s.visible, 2u);
+  // And its retention runs from the redrive: it expires 4 d later, not before.
+  clock_.advance(4 * kDay - 1);
+  send("s", "another write");
+  EXPECT_EQ(stats("s").counters.expired, 0u);
+  clock_.advance(2);
+  send("s", "and another");
+  EXPECT_EQ(stats("s").counters.expired, 2u);
+}
+
+// Issue 17 §2: expiry walked ids in order and stopped at the first unexpired
+// message, so one young message with a low id held back the rest.
+TEST_F(QueueTest, RetentionExpiresByTimeNotByIdOrder) {
+  dead_letter_first(*broker_, clock_, 1, 1);  // m1 dead
+  send("s", "m2");
+  send("s", "m3");
+  clock_.advance(3 * kDay);
+  broker_->redrive("s", {});  // m1 is young again, ids before m2, m3
+  clock_.advance(1 * kDay + 1);
+  send("s", "a write");
+  auto s = stats("s");
+  EXPECT_EQ(s.counters.expired, 2u);
+  EXPECT_EQ(s.visible, 2u);  // m1 and the new one
+}
+
+// Issue 17 §3: redrive --to ignored the target's rules.
+TEST_F(QueueTest, RedriveToAnotherQueueAppliesItsRules) {
+  dead_letter_first(*broker_, clock_, 1, 1);
+  ConfigChange small;
+  small.max_size = 2;
+  create("small", small);
+  RedriveOptions to;
+  to.to = "small";
+  EXPECT_EQ(error_of([&] { broker_->redrive("s", to); }), ErrorKind::InvalidData);
+  EXPECT_EQ(stats("s").dead, 1u);
+}
+
+// Issue 17 §3: a redrive of chosen ids in batches (--rate) must pass over one
+// that vanished meanwhile.
+TEST_F(QueueTest, RedriveCanPassOverVanishedDeadLetters) {
+  dead_letter_first(*broker_, clock_, 3, 3);
+  broker_->delete_dead_letters("s", {"m2"});
+  RedriveOptions batch;
+  batch.ids = {"m1", "m2", "m3"};
+  EXPECT_EQ(error_of([&] { broker_->redrive("s", batch); }), ErrorKind::NotFound);
+  batch.skip_missing = true;
+  EXPECT_EQ(broker_->redrive("s", batch).size(), 2u);
+}
+
+// Issue 12 break 5 and issue 17 §2: the shared rate state outlived a rate
+// change, and a clock ahead stored a far future.
+TEST_F(QueueTest, RateStateFollowsRateChangesAndNeverRunsAhead) {
+  ConfigChange slow;
+  slow.rate = 1.0 / 3600;
+  create("q", slow);
+  for (int i = 0; i < 5; ++i) send("q", "x");
+  ReceiveOptions limited;
+  limited.rate_limited = true;
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+  ConfigChange fast;
+  fast.rate = 100;
+  broker_->configure("q", fast);
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u) << "a rate change kept the old wait";
+
+  // A consumer whose clock is a day ahead takes a start ...
+  const Millis real = clock_.now();
+  clock_.advance(kDay);
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+  // ... and the others, on the right clock, wait at most one interval.
+  clock_.set(real + 1000);
+  EXPECT_LE(broker_->next_delivery("q", true), clock_.now() + 10);
+  auto first = broker_->receive("q", limited).size();  // the first write pulls the future back
+  ASSERT_EQ(first, 0u);
+  clock_.advance(10);
+  EXPECT_EQ(broker_->receive("q", limited).size(), 1u);
+}
