@@ -1254,7 +1254,7 @@ class LmdbBroker final : public Broker {
       auto seq = store::parse_message_id(m.id);
       if (!seq || *seq == 0 || *seq >= kMaxKeptSeq) return false;
       if (txn.get(db().bodies, store::key_seq(*seq))) return false;
-      if (m.state == MessageState::Dead) continue;
+      if (m.state == MessageState::Dead || m.group.empty()) continue;
       auto [it, fresh] = last_in_group.emplace(m.group, *seq);
       if (!fresh && *seq < it->second) return false;
       it->second = *seq;

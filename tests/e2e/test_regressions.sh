@@ -35,3 +35,47 @@ seq 300 | "$Q" send W --lines -q
 assert_eq 300 "$(stat_field W dead)" "300 dead letters before the delete"
 assert_exit 0 "$Q" delete W
 reopen_ok "delete of 300 live and 300 dead"
+
+# Issue 12, break 1: repeated ids in redrive and dlq delete.
+export Q_FILE=$T/repeat.q
+"$Q" create s --max-receives 1 --visibility-timeout 0 >/dev/null
+seq 3 | "$Q" send s --lines -q
+"$Q" receive s -n 3 >/dev/null
+"$Q" receive s >/dev/null
+assert_exit 0 "$Q" redrive s --id m3 --id m3
+assert_eq "m3" "$OUT" "an id given twice is redriven once"
+assert_eq "1 2" "$(stat_field s visible) $(stat_field s dead)" "visible and dead after the redrive"
+assert_exit 0 "$Q" dlq delete s m1 m1
+assert_eq 1 "$(stat_field s dead)" "dlq delete of an id given twice"
+assert_exit 0 "$Q" verify
+
+# Issue 12, break 2: an imported id at the end of the sequence space.
+export Q_FILE=$T/import-ids.q
+"$Q" create i >/dev/null
+for id in mffffffffffffffff mfffffffffffffff0; do
+  assert_exit 0 "$Q" import i <<<"{\"id\":\"$id\",\"body\":\"x\"}"
+  [[ $OUT != "$id" ]] || fail "import kept id $id"
+  for n in $(seq 16); do "$Q" send i after -q || { fail "send $n after importing $id"; break; }; done
+done
+assert_exit 0 "$Q" verify
+
+# Issue 12, break 9: import refuses what send refuses.
+export Q_FILE=$T/import-rules.q
+"$Q" create i >/dev/null
+assert_exit 65 "$Q" import i <<<'{"id":"m1","body":"x","dedup_id":""}'
+assert_exit 65 "$Q" import i <<<'{"id":"m1","body":"x","group":"g"}'
+assert_exit 65 "$Q" import i <<<'{"id":"m1","body":"x","receive_count":99999999999}'
+assert_exit 65 "$Q" import i <<<'{"id":"m1","body":"x","sent_at":"2999-01-01T00:00:00Z"}'
+assert_eq 0 "$(stat_field i visible)" "refused imports stored nothing"
+# ... and re-enters dedup ids still inside their window.
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+assert_exit 0 "$Q" import i <<<"{\"id\":\"m5\",\"body\":\"x\",\"dedup_id\":\"order-1\",\"sent_at\":\"$now\"}"
+assert_exit 0 "$Q" send i x --dedup-id order-1 --json
+assert_eq true "$(jq -r .duplicate <<<"$OUT")" "a send after import is recognised as a repeat"
+
+# Issue 17 §6: an import line longer than any message the queue accepts is
+# refused while it is read, not parsed whole.
+"$Q" create small --max-size 10 >/dev/null
+run bash -c "{ printf '{\"body\":\"'; head -c 50000000 /dev/zero | tr '\\\\0' a; printf '\"}\\n'; } | '$Q' import small"
+assert_eq 65 "$RC" "an over-long import line"
+assert_contains "$ERR" "line 1: over" "the error names the line"

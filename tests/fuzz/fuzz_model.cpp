@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -71,6 +72,28 @@ struct Model {
     live.erase(m.seq);
     ++counters.dead_lettered;
   }
+  // What every write transaction on the queue does first: messages past the
+  // retention (counted from when they became available) and dead letters past
+  // 14 days go, at most 1000 of each, oldest first.
+  void maintain() {
+    auto expire = [&](std::map<std::uint64_t, MMsg>& from, auto time_of) {
+      std::vector<std::pair<Millis, std::uint64_t>> due;
+      for (auto& [seq, m] : from)
+        if (time_of(m) <= now) due.emplace_back(time_of(m), seq);
+      std::sort(due.begin(), due.end());
+      if (due.size() > 1000) due.resize(1000);
+      for (auto& [time, seq] : due) from.erase(seq);
+      counters.expired += due.size();
+    };
+    expire(live, [&](const MMsg& m) { return m.available_at + config.retention; });
+    expire(dead, [&](const MMsg& m) { return m.dead_at + kDeadLetterRetention; });
+  }
+  bool any_visible() const {
+    for (auto& [seq, m] : live)
+      if (m.visible_at <= now) return true;
+    return false;
+  }
+
   // The next visible message: smallest (visible_at, seq); not one this receive
   // already delivered (with a visibility timeout of 0 it is visible again at once).
   MMsg* next_visible(const std::set<std::uint64_t>& taken = {}) {
@@ -135,15 +158,18 @@ class Run {
     change.max_receives = max_receives[in_.below(5)];
     change.max_depth = depths[in_.below(4)];
     change.dedup_window = windows[in_.below(2)];
+    static const Millis retentions[] = {4 * kDay, kHour, kDay};
+    change.retention = retentions[in_.below(3)];
     broker_->create_queue("m", change);
     m_.config = apply(QueueConfig{}, change);
-    trace_.push_back(fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={}",
+    trace_.push_back(fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={} "
+                                 "retention={}",
                                  *change.visibility_timeout, *change.max_receives,
-                                 *change.max_depth, *change.dedup_window));
+                                 *change.max_depth, *change.dedup_window, *change.retention));
 
     for (int step = 0; step < 400 && !in_.empty(); ++step) {
       m_.now = clock_.now();
-      switch (in_.below(13)) {
+      switch (in_.below(14)) {
         case 0: case 1: send(); break;
         case 2: case 3: receive(); break;
         case 4: ack(); break;
@@ -154,6 +180,7 @@ class Run {
         case 10: dead_letter(); break;
         case 11: if (in_.below(4) == 0) purge(); else advance(); break;
         case 12: reopen(); break;
+        case 13: import(); break;
       }
       compare_state();
       check_verify();
@@ -242,6 +269,8 @@ class Run {
     for (auto& m : batch) bodies.push_back(m.body);
 
     // The model.
+    const Model saved = m_;
+    m_.maintain();
     std::optional<ErrorKind> want;
     std::vector<SendResult> expected;
     std::optional<std::uint64_t> dup;
@@ -256,7 +285,10 @@ class Run {
     std::vector<SendResult> got;
     auto kind = attempt([&] { got = broker_->send("m", batch, options); });
     expect_kind("send", kind, want);
-    if (kind) return;
+    if (kind) {
+      m_ = saved;
+      return;
+    }
     if (dup) {
       expected.push_back({store::message_id(*dup), true});
       ++m_.counters.deduplicated;
@@ -295,6 +327,8 @@ class Run {
     std::vector<Message> got;
     auto kind = attempt([&] { got = broker_->receive("m", options); });
     expect_kind("receive", kind, std::nullopt);
+    // An idle receive writes nothing; one with something due runs maintenance.
+    if (m_.any_visible()) m_.maintain();
 
     std::vector<MMsg> expected;
     std::set<std::uint64_t> taken;
@@ -350,6 +384,7 @@ class Run {
     // The same receipt twice in one call: one ack.
     if (!receipts.empty() && in_.below(4) == 0) receipts.push_back(receipts.front());
     trace_.push_back(fmt::format("t={} ack {}", m_.now, fmt::join(receipts, " ")));
+    m_.maintain();
     std::vector<ReceiptResult> got;
     auto kind = attempt([&] { got = broker_->ack("m", receipts); });
     expect_kind("ack", kind, std::nullopt);
@@ -383,12 +418,17 @@ class Run {
     trace_.push_back(fmt::format("t={} nack {} delay {} reason '{}'", m_.now, receipt,
                                  options.delay, options.reason));
     std::optional<ErrorKind> want;
+    const Model saved = m_;
+    m_.maintain();
     if (options.delay < 0 || options.delay > kMaxDelay) want = ErrorKind::Usage;
     else want = m_.receipt_error(receipt);
     Millis got = 0;
     auto kind = attempt([&] { got = broker_->nack("m", receipt, options); });
     expect_kind("nack", kind, want);
-    if (kind) return;
+    if (kind) {
+      m_ = saved;
+      return;
+    }
     MMsg* m = m_.by_receipt(receipt);
     m->visible_at = m_.now + options.delay;
     m->leased = false;
@@ -406,6 +446,8 @@ class Run {
     Millis by = bys[in_.below(6)];
     trace_.push_back(fmt::format("t={} extend {} by {}", m_.now, receipt, by));
     std::optional<ErrorKind> want;
+    const Model saved = m_;
+    m_.maintain();
     if (by < 0 || by > kMaxVisibilityTimeout) want = ErrorKind::Usage;
     else want = m_.receipt_error(receipt);
     MMsg* m = want ? nullptr : m_.by_receipt(receipt);
@@ -413,7 +455,10 @@ class Run {
     Millis got = 0;
     auto kind = attempt([&] { got = broker_->extend("m", receipt, by); });
     expect_kind("extend", kind, want);
-    if (kind) return;
+    if (kind) {
+      m_ = saved;
+      return;
+    }
     m->visible_at = m_.now + by;
     m->leased = true;
     m->delayed = false;
@@ -425,16 +470,24 @@ class Run {
     std::string receipt = pick_receipt();
     std::string reason = fmt::format("poison{}", in_.below(5));
     trace_.push_back(fmt::format("t={} dead-letter {} '{}'", m_.now, receipt, reason));
+    const Model saved = m_;
+    m_.maintain();
     auto want = m_.receipt_error(receipt);
     auto kind = attempt([&] { broker_->dead_letter("m", receipt, reason); });
     expect_kind("dead_letter", kind, want);
-    if (kind) return;
+    if (kind) {
+      m_ = saved;
+      return;
+    }
     m_.to_dead(*m_.by_receipt(receipt), reason);
   }
 
   void advance() {
-    static const Millis steps[] = {1, 10, 999, 1000, 1001, 4999, 5000, 30000, 60000, 360000};
-    Millis by = steps[in_.below(10)];
+    // Up to weeks: retention (1 h to 4 d) and dead-letter expiry (14 d) must
+    // hold across large steps, redrive after retention included.
+    static const Millis steps[] = {1,     10,    999,   1000, 1001,     4999,    5000,
+                                   30000, 60000, 360000, kHour, kDay, 4 * kDay, 15 * kDay};
+    Millis by = steps[in_.below(14)];
     trace_.push_back(fmt::format("t={} advance {} ms", m_.now, by));
     clock_.advance(by);
   }
@@ -444,10 +497,14 @@ class Run {
     std::uint32_t how = in_.below(4);
     std::optional<ErrorKind> want;
     std::vector<std::uint64_t> chosen;
+    const Model saved = m_;
+    m_.maintain();
     if (how == 0 && !m_.dead.empty()) {
-      // One by id (first, or a live message: not a dead letter).
+      // One by id (first, or a live message: not a dead letter), sometimes
+      // given twice: it moves once.
       auto seq = in_.coin() ? m_.dead.begin()->first : m_.next_seq + 5;
       options.ids.push_back(store::message_id(seq));
+      if (in_.coin()) options.ids.push_back(store::message_id(seq));
       if (m_.dead.count(seq)) chosen.push_back(seq);
       else want = ErrorKind::NotFound;
     } else {
@@ -467,14 +524,20 @@ class Run {
     std::vector<Message> got;
     auto kind = attempt([&] { got = broker_->redrive("m", options); });
     expect_kind("redrive", kind, want);
-    if (kind) return;
+    if (kind) {
+      m_ = saved;
+      return;
+    }
     if (got.size() != chosen.size())
       disagree(trace_, fmt::format("redrive: {} messages, the model {}", got.size(), chosen.size()));
     for (std::size_t k = 0; k < chosen.size(); ++k)
       if (got[k].id != store::message_id(chosen[k]) || got[k].body != m_.dead[chosen[k]].body)
         disagree(trace_, fmt::format("redrive: {} is {}, the model {}", k, got[k].id,
                                      store::message_id(chosen[k])));
-    if (options.dry_run) return;
+    if (options.dry_run) {
+      m_ = saved;
+      return;
+    }
     for (auto seq : chosen) {
       MMsg m = m_.dead[seq];
       m_.dead.erase(seq);
@@ -488,6 +551,103 @@ class Run {
       m_.live[seq] = m;
       ++m_.counters.redriven;
     }
+  }
+
+  // Imports of arbitrary records: ids that collide, repeat, sit at the end of
+  // the sequence space or are not ids; times in the past, now and the future;
+  // dead letters; dedup ids. The model follows q-import(1).
+  void import() {
+    std::uint32_t n = 1 + in_.below(4);
+    std::vector<Message> records;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      Message r;
+      switch (in_.below(7)) {
+        case 0: r.id = "mffffffffffffffff"; break;
+        case 1: r.id = "mfffffffffffffff0"; break;
+        case 2: r.id = "bogus"; break;
+        case 3: r.id = m_.live.empty() ? "m1" : store::message_id(m_.live.begin()->first); break;
+        case 4: r.id = k > 0 ? records[0].id : "m2"; break;
+        default: r.id = store::message_id(m_.next_seq + 100 + in_.below(50)); break;
+      }
+      r.body = fmt::format("i{}", body_counter_++);
+      static const Millis ages[] = {0, 1000, kHour, 5 * kDay, -kHour};
+      r.sent_at = m_.now - ages[in_.below(5)];
+      r.receive_count = in_.below(3);
+      if (in_.below(4) == 0) r.dedup_id = fmt::format("d{}", in_.below(4));
+      switch (in_.below(4)) {
+        case 0: r.state = MessageState::Dead; r.dead_at = m_.now - in_.below(3) * kDay; r.reason = "imported"; break;
+        case 1: r.state = MessageState::Delayed; r.visible_at = m_.now + (in_.coin() ? kMinute : 5 * kDay); break;
+        default: r.state = MessageState::Visible; break;
+      }
+      records.push_back(r);
+    }
+    std::vector<std::string> shown;
+    for (auto& r : records) shown.push_back(fmt::format("{}@{}{}", r.id, r.sent_at, to_string(r.state)));
+    trace_.push_back(fmt::format("t={} import [{}]", m_.now, fmt::join(shown, " ")));
+
+    const Model saved = m_;
+    m_.maintain();
+    std::optional<ErrorKind> want;
+    std::map<std::string, std::size_t> first;
+    std::uint64_t live_new = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& r = records[i];
+      if (!first.emplace(r.id, i).second) continue;
+      bool bad_time = r.sent_at > m_.now || (r.dead_at && *r.dead_at > m_.now);
+      bool too_far = r.state == MessageState::Delayed && r.visible_at - m_.now >= m_.config.retention;
+      if (!want && (bad_time || too_far)) want = ErrorKind::InvalidData;
+      live_new += r.state != MessageState::Dead;
+    }
+    if (!want && m_.config.max_depth != 0 && m_.live.size() + live_new > m_.config.max_depth)
+      want = ErrorKind::Full;
+    std::vector<std::string> got;
+    auto kind = attempt([&] { got = broker_->import_messages("m", records, false); });
+    expect_kind("import", kind, want);
+    if (kind) {
+      m_ = saved;
+      return;
+    }
+    bool keep = true;
+    for (const auto& [id, i] : first) {
+      auto seq = store::parse_message_id(id);
+      if (!seq || *seq == 0 || *seq >= (std::uint64_t{1} << 52) || m_.live.count(*seq) ||
+          m_.dead.count(*seq))
+        keep = false;
+    }
+    std::vector<std::string> expected;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& r = records[i];
+      if (first[r.id] != i) {
+        expected.push_back(expected[first[r.id]]);
+        continue;
+      }
+      std::uint64_t seq = keep ? *store::parse_message_id(r.id) : m_.next_seq;
+      m_.next_seq = std::max(m_.next_seq, seq + 1);
+      MMsg m;
+      m.seq = seq;
+      m.body = r.body;
+      m.sent_at = r.sent_at;
+      m.receive_count = r.receive_count;
+      m.reason = r.reason;
+      if (r.state == MessageState::Dead) {
+        m.dead_at = r.dead_at.value_or(m_.now);
+        m_.dead[seq] = m;
+      } else {
+        m.delayed = r.state == MessageState::Delayed && r.visible_at > m_.now;
+        m.visible_at = m.available_at = m.delayed ? r.visible_at : m_.now;
+        m_.live[seq] = m;
+        ++m_.counters.sent;
+        if (!r.dedup_id.empty() && r.sent_at + m_.config.dedup_window > m_.now) {
+          auto it = m_.dedup.find(r.dedup_id);
+          if (it == m_.dedup.end() || it->second.second <= m_.now)
+            m_.dedup[r.dedup_id] = {seq, r.sent_at + m_.config.dedup_window};
+        }
+      }
+      expected.push_back(store::message_id(seq));
+    }
+    if (got != expected)
+      disagree(trace_, fmt::format("import: ids [{}], the model [{}]", fmt::join(got, " "),
+                                   fmt::join(expected, " ")));
   }
 
   void purge() {
@@ -521,7 +681,8 @@ class Run {
                             c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
                             c.deduplicated);
     std::string want = line(visible, in_flight, delayed, m_.dead.size(), w.sent, w.received,
-                            w.acked, w.nacked, w.dead_lettered, w.redriven, 0, w.deduplicated);
+                            w.acked, w.nacked, w.dead_lettered, w.redriven, w.expired,
+                            w.deduplicated);
     if (have != want)
       disagree(trace_, fmt::format("stats (visible,in_flight,delayed,dead,sent,received,acked,"
                                    "nacked,dead_lettered,redriven,expired,deduplicated) are {}, "
