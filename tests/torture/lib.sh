@@ -39,12 +39,13 @@ _torture_cleanup() {
   local rc=$?
   local n=0
   [[ -s $_FAILS ]] && n=$(wc -l <"$_FAILS")
-  if ((n > 0 || rc != 0)); then
+  if ((n > 0 || (rc != 0 && rc != 77))); then
     local keep
     keep=$(mktemp -d "${TORTURE_KEEP:-/tmp}/q-torture-$TEST_NAME.XXXX")
     cp -a "$T"/. "$keep"/ 2>/dev/null
     echo "$TEST_NAME: logs and queue file kept in $keep" >&2
   fi
+  ( exit "$rc" )   # _cleanup reads the script's exit status from $?
   _cleanup
 }
 trap _torture_cleanup EXIT
@@ -127,6 +128,7 @@ STOP=$T/stop
 PRODUCER_PAUSE_MS=${PRODUCER_PAUSE_MS:-0}   # between sends
 producer() {
   local p=$1 i=0 log=$L/producer.$1.jsonl bodies k
+  seed_random $((1000 + p))
   while [[ ! -e $STOP ]]; do
     ((PRODUCER_PAUSE_MS > 0)) && sleep_ms $((RANDOM % (2 * PRODUCER_PAUSE_MS + 1)))
     i=$((i + 1))
@@ -171,6 +173,7 @@ sleep_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 consumer() {
   local c=$1 log=$L/consumer.$1.jsonl line receipts n vt roll r
+  seed_random $((2000 + c))
   while [[ ! -e $STOP ]]; do
     n=$((1 + RANDOM % BATCH_MAX))
     vt=${VT_CHOICES[RANDOM % ${#VT_CHOICES[@]}]}
@@ -290,6 +293,7 @@ _victims() {
 killer() {
   local seconds=$1 min=$2 max=$3 log=$L/killer.jsonl
   local end=$((SECONDS + seconds)) pid what tries
+  seed_random 3000
   while ((SECONDS < end)); do
     sleep_ms $((min + RANDOM % (max - min + 1)))
     for ((tries = 0; tries < 50; tries++)); do
