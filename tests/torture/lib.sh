@@ -62,6 +62,29 @@ use_dynamic_q() {
   QD=$(cd "$(dirname "$qd")" && pwd)/$(basename "$qd")
 }
 
+# wait_lines FILE N WHAT: wait until FILE has N lines. The limit follows the
+# work: it fails only when the count has not grown for STALL_LIMIT seconds
+# (default 60, times Q_TEST_TIME_SCALE), however long the whole takes on a
+# loaded machine; progress is printed every 20 s.
+wait_lines() {
+  local file=$1 want=$2 what=$3 n last=-1 since=$SECONDS said=$SECONDS
+  local limit=$(( ${STALL_LIMIT:-60} * ${Q_TEST_TIME_SCALE:-1} ))
+  while :; do
+    n=$(wc -l <"$file" 2>/dev/null || echo 0)
+    ((n >= want)) && return 0
+    if ((n != last)); then last=$n since=$SECONDS; fi
+    if ((SECONDS - since > limit)); then
+      fail "$what: stuck at $n of $want for ${limit}s"
+      return 1
+    fi
+    if ((SECONDS - said >= 20)); then
+      said=$SECONDS
+      echo "$TEST_NAME: $what: $n of $want" >&2
+    fi
+    sleep 0.05
+  done
+}
+
 long_or_short() { if [[ $MODE == long ]]; then echo "$1"; else echo "$2"; fi; }
 us() { echo "${EPOCHREALTIME/./}"; }
 
