@@ -363,9 +363,12 @@ class RedisServer:
             for _ in range(200):
                 if self.proc.poll() is not None:
                     break
-                r = subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True,
-                                   text=True)
-                if r.stdout.strip() == "PONG":
+                # INFO, not PING: the server answering must be ours (its pid), not
+                # one another run started on the port that was free a moment ago.
+                r = subprocess.run(["redis-cli", "-p", str(port), "INFO", "server"],
+                                   capture_output=True, text=True)
+                if f"process_id:{self.proc.pid}\r" in r.stdout or \
+                        f"process_id:{self.proc.pid}\n" in r.stdout:
                     self.port = port
                     return
                 time.sleep(0.02)
@@ -468,6 +471,9 @@ class Suite:
         self.raw = []        # (scenario, contender, metric, rep, value, unit)
         self.summary = []    # dicts, one per reported figure
         self.targets = []    # (scenario, target text, figure text, met: True/False/None)
+        # Lost messages and failed commands: not a missed target but a broken q;
+        # the run exits 1 (in every mode, --smoke too).
+        self.broken = []
         self.notes = {}      # scenario -> list of markdown lines
         self.redis = RedisServer(self.work)
         self.timings = {}
@@ -1221,6 +1227,8 @@ class Suite:
                     f"{rows[(1, 'commits')]['median']:.1f}, "
                     f"{rows[(procs, 'empty')]['median']:.0f}% of commits receives that found "
                     f"nothing vs {rows[(1, 'empty')]['median']:.0f}%", errors == 0 and lost == 0)
+        if errors or lost:
+            self.broken.append(f"contention: {lost} messages lost, {errors} commands failed")
         self.note(S, "Producers are shell loops of one-shot `q send QUEUE BODY` with unique "
                      "bodies; consumers are shell loops of `q receive QUEUE -n 10 --wait 1s` "
                      "piped through `cut -f2` into `q ack QUEUE`. Producers stop after the "
@@ -1762,6 +1770,10 @@ def main():
     write_results(suite, started, finished)
     missed = [t for t in suite.targets if t[3] is False]
     log(f"results in {args.out}/results.md; {len(suite.targets)} targets, {len(missed)} missed")
+    if suite.broken:
+        for b in suite.broken:
+            log(f"FAILED: {b}")
+        return 1
     return 0
 
 

@@ -15,6 +15,14 @@
 #   assert_contains HAYSTACK NEEDLE MSG
 #   assert_match REGEX STRING MSG
 #   now_ms                milliseconds since the epoch
+#   skip REASON           the whole test cannot run here: exit 77 now (ctest: skipped)
+#   skip_part REASON      one part cannot run here: the rest runs, and the test
+#                         then exits 77 (skipped) unless something failed (exit 1)
+#   seed_random [N]       seed $RANDOM from $Q_TEST_SEED (+ N): bash reseeds $RANDOM
+#                         in every subshell, so each background loop calls it with
+#                         its own N; the seed is printed at the start of each test
+#   wait_for SECONDS CMD...   run CMD until it succeeds; 1 after SECONDS (poll, no
+#                         fixed sleep; the limit scales with Q_TEST_TIME_SCALE)
 #
 # Assertions print the command, its exit code, stdout and stderr when they fail,
 # so a failure report is enough to see what q did.
@@ -39,6 +47,10 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/q-e2e-$TEST_NAME.XXXXXX") || exit 2
 # Failures are counted in a file so that assertions made in subshells count too.
 _FAILS=$T/.failures
 : >"$_FAILS"
+# Parts skipped (skip_part), one reason a line: the test then exits 77, never 0,
+# so a check that did not run is reported as skipped, not passed.
+_SKIPS=$T/.skips
+: >"$_SKIPS"
 
 _cleanup() {
   local rc=$?
@@ -49,12 +61,17 @@ _cleanup() {
     kill $pids 2>/dev/null
     wait 2>/dev/null
   fi
-  local n=0
+  local n=0 skipped=""
   [[ -s $_FAILS ]] && n=$(wc -l <"$_FAILS")
+  [[ -s $_SKIPS ]] && skipped=$(paste -sd';' "$_SKIPS")
   rm -rf "$T"
   if ((n > 0)); then
     echo "$TEST_NAME: $n assertion(s) FAILED" >&2
     exit 1
+  fi
+  if ((rc == 77)) || { ((rc == 0)) && [[ -n $skipped ]]; }; then
+    echo "$TEST_NAME: SKIPPED (exit 77): ${skipped:-see above}" >&2
+    exit 77
   fi
   if ((rc != 0)); then
     echo "$TEST_NAME: FAILED (exit $rc)" >&2
@@ -64,6 +81,15 @@ _cleanup() {
   exit 0
 }
 trap _cleanup EXIT
+
+# Every random choice of a test comes from this seed (printed; set Q_TEST_SEED
+# to run the same choices again; TORTURE_SEED is the torture scenarios' name).
+Q_TEST_SEED=${Q_TEST_SEED:-${TORTURE_SEED:-$((SRANDOM % 1000000))}}
+[[ $Q_TEST_SEED =~ ^[0-9]+$ ]] || { echo "Q_TEST_SEED must be a number, not '$Q_TEST_SEED'" >&2; exit 2; }
+export Q_TEST_SEED
+seed_random() { RANDOM=$((Q_TEST_SEED + ${1:-0})); }
+seed_random
+echo "$TEST_NAME: seed $Q_TEST_SEED (Q_TEST_SEED=$Q_TEST_SEED repeats its random choices)"
 
 # A clean environment: only the variables a test sets itself.
 unset Q_NO_SYNC Q_LOCK_TIMEOUT XDG_DATA_HOME
@@ -80,6 +106,35 @@ fail() {
 die() {
   fail "$@"
   exit 1
+}
+
+# skip REASON: this test cannot run here (no unshare, not root, a tool missing):
+# exit 77, which ctest reports as skipped (SKIP_RETURN_CODE 77), never as passed.
+skip() {
+  echo "$TEST_NAME: skipped: $*" >&2
+  echo "$*" >>"$_SKIPS"
+  exit 77
+}
+
+# skip_part REASON: one part of this test cannot run here; the others go on, and
+# the test ends with exit 77 (skipped) when nothing failed.
+skip_part() {
+  echo "$TEST_NAME: part skipped: $*" >&2
+  echo "$*" >>"$_SKIPS"
+}
+
+# wait_for SECONDS CMD...: poll CMD (every 20 ms) until it succeeds; returns 1
+# when it did not within SECONDS * Q_TEST_TIME_SCALE (default 1; the sanitizer
+# stage and loaded machines set more). For asserting that a state is reached
+# without a fixed sleep.
+wait_for() {
+  local limit=$1
+  shift
+  local end=$((SECONDS + ${limit%.*} * ${Q_TEST_TIME_SCALE:-1} + 1))
+  until "$@"; do
+    ((SECONDS < end)) || return 1
+    sleep 0.02
+  done
 }
 
 # Shows what the last `run` did, for failure messages.

@@ -22,6 +22,7 @@ producer() {
 
 consumer() {
   local c=$1 empty=0 msg line receipt group id
+  seed_random "$c"
   while ((empty < 4)); do
     if ! msg=$("$Q" receive orders -n 3 --wait 300ms --json); then
       empty=$((empty + 1))

@@ -61,6 +61,7 @@ producer() {
 # 250 ms, more than a lease, so skipped messages have come back by then).
 consumer() {
   local c=$1 empty=0 out rc receipts bodies ack_err
+  seed_random "$c"
   local dir=$T/logs
   : >"$dir/delivered.$c"; : >"$dir/acked.$c"; : >"$dir/skipped.$c"; : >"$dir/stale.$c"
   local started=$SECONDS

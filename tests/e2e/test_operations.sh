@@ -149,17 +149,22 @@ assert_exit 0 "$Q" verify
 # ---- q top in a real terminal ----------------------------------------------------------------
 if command -v tmux >/dev/null; then
   sock=$T/tmux
+  # Poll the screen for a state (no fixed sleeps: top redraws every second, and
+  # a loaded machine may take longer).
+  screen() { tmux -S "$sock" capture-pane -p; }
+  screen_has() { [[ $(screen) == *"$1"* ]]; }
+  screen_matches() { [[ $(screen) =~ $1 ]]; }
   tmux -S "$sock" new-session -d -x 80 -y 24 "env Q_FILE=$Q_FILE PS1='READY$ ' bash --norc --noprofile"
-  sleep 0.3
+  wait_for 10 screen_has 'READY$' || fail "the shell in tmux did not start"
   tmux -S "$sock" send-keys "$Q top" Enter
-  sleep 1.5
-  screen1=$(tmux -S "$sock" capture-pane -p)
+  wait_for 10 screen_matches 'sick +[0-9]+ +[0-9]+ +[0-9]+ +1 ' || true
+  screen1=$(screen)
   assert_contains "$screen1" "QUEUE" "top shows its header"
   assert_contains "$screen1" "retry" "top lists the queues"
   assert_match 'sick +[0-9]+ +[0-9]+ +[0-9]+ +1 ' "$screen1" "top shows the dead letter of sick"
   for i in $(seq 1 30); do "$Q" send retry "burst $i" >/dev/null; done
-  sleep 1.5
-  screen2=$(tmux -S "$sock" capture-pane -p)
+  wait_for 10 screen_matches 'retry +3[0-9] ' || true
+  screen2=$(screen)
   [[ $screen1 != "$screen2" ]] || fail "top did not update"
   assert_match 'retry +3[0-9] ' "$screen2" "top shows the new depth"
   while IFS= read -r line; do
@@ -167,15 +172,15 @@ if command -v tmux >/dev/null; then
     ((width <= 80)) || fail "a line $width columns wide: $line"
   done <<<"$screen2"
   tmux -S "$sock" send-keys q
-  sleep 0.5
-  after=$(tmux -S "$sock" capture-pane -p)
+  wait_for 10 screen_has 'READY$' || true
+  after=$(screen)
   assert_contains "$after" "READY$" "q quits and the shell prompt is back"
   assert_not_contains "$after" "QUEUE" "the terminal is restored (alternate screen left)"
   tmux -S "$sock" send-keys "NO_COLOR=1 $Q top" Enter
-  sleep 1
+  wait_for 10 screen_has QUEUE || fail "top (NO_COLOR) did not start"
   tmux -S "$sock" send-keys C-c
-  sleep 0.5
-  assert_contains "$(tmux -S "$sock" capture-pane -p)" "READY$" "Ctrl-C quits too"
+  wait_for 10 eval '! screen_has QUEUE' || true
+  assert_contains "$(screen)" "READY$" "Ctrl-C quits too"
   tmux -S "$sock" kill-server
 else
   fail "tmux is needed for the q top test"

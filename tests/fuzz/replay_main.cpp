@@ -1,7 +1,10 @@
 // Runs a fuzz target without libFuzzer (any compiler): over every file of the
 // directories or files given (the committed seed corpus), then over N
-// pseudo-random inputs (--random N, --max-len L, --seed S). Exit status 0 when
-// every input ran; a failing input aborts, as under libFuzzer.
+// pseudo-random inputs (--random N, --max-len L, --seed S; the seed is printed,
+// so a failure can be run again). Exit status 0 when every input ran; a failing
+// input aborts, as under libFuzzer; a corpus path that does not exist, or a
+// corpus directory without inputs, fails (exit 2): a replay that silently ran
+// nothing would pass.
 #include <signal.h>
 #include <unistd.h>
 
@@ -51,14 +54,24 @@ int main(int argc, char** argv) {
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoul(argv[++i], nullptr, 10);
     else paths.push_back(a);
   }
+  std::printf("%s: --seed %lu\n", argv[0], seed);
+  std::fflush(stdout);
   long files = 0;
   for (const auto& p : paths) {
     std::vector<fs::path> inputs;
-    if (fs::is_directory(p)) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
       for (const auto& e : fs::recursive_directory_iterator(p))
         if (e.is_regular_file()) inputs.push_back(e.path());
-    } else {
+      if (inputs.empty()) {
+        std::fprintf(stderr, "fuzz replay: the corpus directory %s holds no inputs\n", p.c_str());
+        return 2;
+      }
+    } else if (fs::is_regular_file(p, ec)) {
       inputs.push_back(p);
+    } else {
+      std::fprintf(stderr, "fuzz replay: %s: no such corpus file or directory\n", p.c_str());
+      return 2;
     }
     std::sort(inputs.begin(), inputs.end());
     for (const auto& f : inputs) {

@@ -34,9 +34,16 @@ The promise checked (the issue's contract):
      lease ran out;
   4. every duplicate delivery is explained: by a lease that ran out (the ack
      came late: stale), a nack, a crash (a consumer abandoned it, or its ack,
-     its receive or its `q work` was killed); never after a successful ack;
+     its receive or its `q work` was killed); never after a successful ack.
+     A crash excuses only what the kill log proves: the redelivered delivery's
+     own process (its receive, its ack or nack, its `q work` or command) has a
+     "kill" record; a receive-count gap (deliveries never seen) needs a killed
+     receiver that ran between the deliveries around the gap, one per unseen
+     delivery. A process that died of a signal nobody logged sending is a crash
+     of q, never an excuse;
   5. the queue is empty after the drain (visible, in flight, delayed all 0),
-     its dead count matches the dead letters listed, nothing expired;
+     its dead count matches the dead letters listed, nothing expired; no
+     message is both acked (exit 0) and dead-lettered, none acked twice;
   6. no command exited with a code the scenario did not allow.
 Exit status 0 when every check holds, 1 when any fails, 2 on unusable logs.
 """
@@ -48,7 +55,9 @@ import json
 import os
 import sys
 
-KILLED = lambda rc: rc is not None and (rc >= 128 or rc < 0)
+# Died of a signal (bash's wait: 128 + N). Whether the killer sent it is
+# Checker.killed(): only a logged kill is an excuse.
+SIGNALLED = lambda rc: rc is not None and (rc >= 128 or rc < 0)
 
 DEFAULT_ALLOWED = {
     "send": {0},
@@ -57,6 +66,15 @@ DEFAULT_ALLOWED = {
     "extend": {0, 3},
     "nack": {0, 3},
 }
+
+
+def kill_kind(what):
+    """What the killer killed, from the first words of its command line: "work"
+    (a q work), "command" (a command q work runs) or "q" (any other q command)."""
+    words = what.split()
+    if words and os.path.basename(words[0]) == "q":
+        return "work" if len(words) > 1 and words[1] == "work" else "q"
+    return "command"
 
 
 def parse_time_ms(text):
@@ -90,6 +108,11 @@ class Checker:
         self.allowed = {k: set(v) for k, v in DEFAULT_ALLOWED.items()}
         self.records = []
         self.stats = collections.Counter()
+        self.killed_pids = {}   # pid -> its kill record
+
+    def killed(self, r):
+        """The operation of record r died of a signal that the killer logged sending."""
+        return SIGNALLED(r.get("rc")) and r.get("pid") in self.killed_pids
 
     def violation(self, kind, text):
         self.violations[kind].append(text)
@@ -136,19 +159,34 @@ class Checker:
 
         recs = sorted(self.records, key=lambda r: (r.get("t0") or r.get("t1") or 0))
         for r in recs:
+            if r.get("op") == "kill":
+                killed_pids[r["pid"]] = r
+                self.stats["kills"] += 1
+        self.killed_pids = killed_pids
+        work_begun_pids = {r.get("pid") for r in recs if r.get("op") == "work_begin"}
+        # Killed processes that may have taken a delivery nobody logged (a
+        # receive killed before its output was logged, a q work, a command of
+        # q work killed before it logged work_begin): (start us or None, end us).
+        blind_receivers = []
+        for r in recs:
             op = r.get("op")
             rc = r.get("rc")
             if op in self.allowed:
                 rc_count[(op, rc)] += 1
                 self.stats["ops"] += 1
-                if not KILLED(rc) and rc not in self.allowed[op]:
+                if not self.killed(r) and rc not in self.allowed[op]:
+                    how = (f"died of signal {rc - 128} that no kill record explains"
+                           if SIGNALLED(rc) else f"exited {rc}")
                     self.violation("unexpected-exit",
-                                   f"{op} pid {r.get('pid')} exited {rc}: {r.get('err', '')[:300]}")
+                                   f"{op} pid {r.get('pid')} {how}: {r.get('err', '')[:300]}")
+                if op == "receive" and self.killed(r):
+                    blind_receivers.append((r.get("t0"), r.get("t1")))
             if op == "kill":
-                killed_pids[r["pid"]] = r
-                self.stats["kills"] += 1
-                if "work" in r.get("what", ""):
+                kind = kill_kind(r.get("what", ""))
+                if kind == "work":
                     work_kills += 1
+                if kind == "work" or (kind == "command" and r["pid"] not in work_begun_pids):
+                    blind_receivers.append((None, r.get("t0")))
 
         for r in recs:
             op = r.get("op")
@@ -163,13 +201,13 @@ class Checker:
                     for body, o in zip(bodies, out):
                         sends_ok[body] = o["id"]
                         ids_by_body[body].add(o["id"])
-                elif KILLED(rc):
+                elif self.killed(r):
                     sends_unknown.update(bodies)
                 else:
                     for body in bodies:
                         sends_failed[body] = rc
             elif op == "receive":
-                if KILLED(rc):
+                if self.killed(r):
                     killed_receives += 1
                 if rc != 0:
                     continue
@@ -215,7 +253,7 @@ class Checker:
                         acks_ok[d.id] += 1
                     elif rc == 3:
                         d.outcome, d.outcome_t = "stale", r["t1"]
-                    elif KILLED(rc):
+                    elif self.killed(r):
                         d.outcome = d.outcome or "ack-killed"
                     else:
                         d.outcome = d.outcome or f"ack-failed-{rc}"
@@ -224,7 +262,7 @@ class Checker:
                 if d is None:
                     continue
                 until = parse_time_ms((r.get("out") or {}).get("visible_until")) if rc == 0 else None
-                if rc == 0 or KILLED(rc):
+                if rc == 0 or self.killed(r):
                     # extend sets the lease to now + BY (it may shorten it); a killed
                     # one may or may not have done so.
                     d.extends.append((r["t0"], rc, until))
@@ -234,7 +272,7 @@ class Checker:
                     continue
                 if rc == 0:
                     d.outcome, d.outcome_t, d.nacked_t0 = "nacked", r["t1"], r["t0"]
-                elif KILLED(rc):
+                elif self.killed(r):
                     d.outcome = d.outcome or "nack-killed"
                     d.nacked_t0 = d.nacked_t0 or r["t0"]   # it may have released it
                 elif rc == 3:
@@ -286,6 +324,7 @@ class Checker:
         for mid, ds in deliveries.items():
             ds.sort(key=lambda d: (d.count, d.t0))
             prev_count = 0
+            used_receivers = set()   # one killed receiver explains one unseen delivery of a message
             for k, d in enumerate(ds):
                 if d.count <= prev_count:
                     if d.count == prev_count and k > 0:
@@ -293,13 +332,22 @@ class Checker:
                                                      f"{d.count} ({ds[k-1].receipt}, {d.receipt})")
                 gap = d.count - prev_count - 1
                 if gap > 0:
-                    # Deliveries we never saw: their receive or q work was killed.
-                    if killed_receives or work_kills:
-                        dup["crash (unseen delivery)"] += gap
+                    # Deliveries we never saw: each needs its own killed receiver
+                    # that ran between the deliveries around the gap.
+                    after_t = ds[k - 1].t0 if k > 0 else None
+                    found = [i for i, (start, end) in enumerate(blind_receivers)
+                             if i not in used_receivers
+                             and (after_t is None or end is None or end > after_t)
+                             and (start is None or start < d.t1)]
+                    if len(found) >= gap:
+                        used_receivers.update(found[:gap])
+                        dup["crash (unseen delivery, its receiver killed)"] += gap
                     else:
                         self.violation("unexplained-duplicate",
                                        f"{mid}: deliveries {prev_count + 1}..{d.count - 1} were never "
-                                       f"seen, and no receive or q work was killed")
+                                       f"seen, and {len(found)} receiver(s) killed between "
+                                       f"delivery {prev_count} and {d.count} explain at most "
+                                       f"{len(found)} of them")
                 prev_count = d.count
                 if k == 0:
                     continue
@@ -338,21 +386,23 @@ class Checker:
                     dup["nack"] += 1
                 elif p.outcome == "stale":
                     dup["lease ran out (stale ack)"] += 1
-                elif p.outcome in ("abandoned", "ack-killed") or (p.outcome or "").startswith("ack-failed"):
+                elif p.outcome in ("abandoned", "ack-killed"):
                     dup["crash (consumer dropped it)"] += 1
+                elif (p.outcome or "").startswith("ack-failed"):
+                    # (the ack's exit code is reported as unexpected-exit)
+                    dup["its ack failed"] += 1
                 elif p.outcome is not None and p.outcome.startswith("work-exit"):
                     dup["q work released it (handler failed)"] += 1
                 elif p.source == "work":
-                    # Handler killed, or q work killed (before or after its ack).
-                    if p.ppid in killed_pids or p.pid in killed_pids or p.outcome is None:
+                    # Handler killed, or q work killed (before or after its ack):
+                    # only a logged kill of that q work or that command excuses it.
+                    if p.ppid in killed_pids or p.pid in killed_pids:
                         dup["crash (q work or its command killed)"] += 1
-                    elif p.outcome == "work-ok":
-                        self.violation("unexplained-duplicate",
-                                       f"{mid}: q work's command succeeded on delivery {p.count} "
-                                       f"(q work pid {p.ppid}, not killed), yet it came back "
-                                       f"(delivery {d.count})")
                     else:
-                        dup["crash (q work or its command killed)"] += 1
+                        self.violation("unexplained-duplicate",
+                                       f"{mid}: delivery {p.count} ran under q work pid {p.ppid} "
+                                       f"(command pid {p.pid}, outcome {p.outcome}); neither was "
+                                       f"killed, yet it came back (delivery {d.count})")
                 elif p.outcome is None:
                     if p.pid in killed_pids:
                         dup["crash (receive killed after printing)"] += 1
@@ -378,6 +428,12 @@ class Checker:
             if last.outcome in ("work-ok", "ack-killed"):
                 settled.add(mid)
                 self.stats["settled_unconfirmed"] += 1
+        for mid, n in acks_ok.items():
+            if n > 1:
+                self.violation("acked-twice", f"{mid}: {n} of its deliveries were acked (exit 0)")
+            if n > 0 and mid in dead:
+                self.violation("acked-and-dead", f"{mid}: acked (exit 0) and also in the "
+                                                 f"dead-letter queue")
         lost = []
         for body, mid in sends_ok.items():
             if mid not in settled:

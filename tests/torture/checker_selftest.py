@@ -32,6 +32,30 @@ def ack(mid, count, at, rc=0, stale=()):
             "receipts": [f"{mid}.{count:016x}"], "stale": list(stale)}
 
 
+def kill(pid, at, what="/build/q receive t -n 1"):
+    return {"op": "kill", "pid": pid, "t0": at * 1000, "what": what}
+
+
+def work_begin(mid, body, count, at, pid=40, ppid=30):
+    return {"op": "work_begin", "q": "t", "id": mid, "receipt": f"{mid}.{count:016x}",
+            "count": count, "body": body, "pid": pid, "ppid": ppid, "t0": at * 1000}
+
+
+def work_end(mid, count, at, rc=0, pid=40, ppid=30):
+    return {"op": "work_end", "receipt": f"{mid}.{count:016x}", "pid": pid, "ppid": ppid,
+            "t1": at * 1000, "rc": rc}
+
+
+def killed_recv(pid, at):
+    """A receive killed before its output was logged (exit 137)."""
+    return {"op": "receive", "q": "t", "pid": pid, "t0": at * 1000, "t1": (at + 5) * 1000,
+            "rc": 137}
+
+
+def dead_letter(mid, body, count=1):
+    return {"id": mid, "body": body, "receive_count": count}
+
+
 def final(dead=(), visible=0):
     return [{"op": "dlq", "q": "t", "out": list(dead)},
             {"op": "final_stats", "q": "t", "out": {"visible": visible, "in_flight": 0, "delayed": 0,
@@ -68,6 +92,50 @@ CASES = {
     "not-drained": (clean()[:-2] + final(visible=3), "not-drained"),
     "unexpected-exit": (clean() + [{"op": "receive", "q": "t", "pid": 9, "t0": 0, "t1": 0, "rc": 74}],
                         "unexpected-exit"),
+    # ---- the checker excuses only what the logs prove ----
+    # A redelivery after a delivery with no outcome: its receive (pid 2) was
+    # killed after printing: excused; a kill of some other process is not.
+    "redelivery-receiver-killed": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, pid=2),
+                                    kill(2, T0 + 13), recv("m1", "a", 2, T0 + 3000, pid=5),
+                                    ack("m1", 2, T0 + 3010)] + final(), None),
+    "redelivery-other-killed": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, pid=2),
+                                 kill(7, T0 + 13), recv("m1", "a", 2, T0 + 3000, pid=5),
+                                 ack("m1", 2, T0 + 3010)] + final(), "unexplained-duplicate"),
+    # q work's command began, never ended, nothing was killed: not a crash.
+    "work-redelivery-no-kill": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
+                                 recv("m1", "a", 2, T0 + 3000, pid=5), ack("m1", 2, T0 + 3010)]
+                                + final(), "unexplained-duplicate"),
+    "work-redelivery-command-killed": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
+                                        kill(40, T0 + 50, "bash handler.sh"),
+                                        recv("m1", "a", 2, T0 + 3000, pid=5),
+                                        ack("m1", 2, T0 + 3010)] + final(), None),
+    # An ack that died of a signal nobody sent (a crash of q): reported, no excuse.
+    "ack-signalled-unlogged": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                                ack("m1", 1, T0 + 20, rc=139), recv("m1", "a", 2, T0 + 3000, pid=5),
+                                ack("m1", 2, T0 + 3010)] + final(), "unexpected-exit"),
+    # A receive-count gap (delivery 2 never seen): only a receiver killed
+    # between deliveries 1 and 3 explains it, one kill per unseen delivery.
+    "gap-receiver-killed": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                             {"op": "abandon", "receipt": "m1.0000000000000001", "t0": (T0 + 15) * 1000},
+                             killed_recv(8, T0 + 1500), kill(8, T0 + 1504),
+                             recv("m1", "a", 3, T0 + 3000, pid=5), ack("m1", 3, T0 + 3010)]
+                            + final(), None),
+    "gap-kill-elsewhere": ([send("a", "m1", T0), killed_recv(8, T0 - 500), kill(8, T0 - 496),
+                            recv("m1", "a", 1, T0 + 10),
+                            {"op": "abandon", "receipt": "m1.0000000000000001", "t0": (T0 + 15) * 1000},
+                            recv("m1", "a", 3, T0 + 3000, pid=5), ack("m1", 3, T0 + 3010)] + final(),
+                           "unexplained-duplicate"),
+    "gap-two-unseen-one-kill": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                                 {"op": "abandon", "receipt": "m1.0000000000000001", "t0": (T0 + 15) * 1000},
+                                 killed_recv(8, T0 + 1500), kill(8, T0 + 1504),
+                                 recv("m1", "a", 4, T0 + 6000, pid=5), ack("m1", 4, T0 + 6010)]
+                                + final(), "unexplained-duplicate"),
+    # Collected acks are checked.
+    "acked-and-dead": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20)]
+                       + final(dead=[dead_letter("m1", "a")]), "acked-and-dead"),
+    "acked-twice": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                     recv("m1", "a", 2, T0 + 2000, pid=5), ack("m1", 1, T0 + 2100),
+                     ack("m1", 2, T0 + 2200)] + final(), "acked-twice"),
     "one-body-two-ids": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
                           recv("m2", "a", 1, T0 + 30), ack("m2", 1, T0 + 40)] + final(), "one-body-two-ids"),
 }

@@ -5,6 +5,8 @@
 #   HANDLER_SLEEP_MS   longest work time (default 100)
 #   HANDLER_FAIL_PCT   share of runs that exit 1 (default 5)
 body=$(cat)
+# Its random choices follow the scenario's seed and the delivery (Q_TEST_SEED).
+RANDOM=$(( ${Q_TEST_SEED:-$$} + 16#${Q_MESSAGE_ID#m} % 100000 * 100 + Q_RECEIVE_COUNT ))
 t0=${EPOCHREALTIME/./}
 printf '{"op":"work_begin","q":"%s","id":"%s","receipt":"%s","count":%s,"body":"%s","pid":%s,"ppid":%s,"t0":%s}\n' \
   "$Q_QUEUE" "$Q_MESSAGE_ID" "$Q_RECEIPT" "$Q_RECEIVE_COUNT" "$body" "$$" "$PPID" "$t0" >>"$HANDLER_LOG"

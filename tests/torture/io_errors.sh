@@ -35,6 +35,8 @@ if [[ $part == all || $part == inject ]]; then
 SYSCALLS=(pwrite64 writev fdatasync fsync ftruncate)
 read -r -a COMMANDS <<<"${IO_COMMANDS:-send send-lines receive ack nack create}"
 [[ $fault == split ]] && COMMANDS=(send-twice)
+# Time limit per injection point (not for the whole sweep), seconds.
+POINT_LIMIT=$(( ${POINT_LIMIT:-60} * ${Q_TEST_TIME_SCALE:-1} ))
 BASE=$T/base.q
 make_base "$BASE"
 before=$(dump "$BASE")
@@ -58,23 +60,33 @@ for name in "${COMMANDS[@]}"; do
   W=$T/work.q
   rm -f "$W" "$W-lock"; cp "$BASE" "$W"
   q_cmd "$name" "$W"
+  ref_start=$(now_ms)
   run_pre
   "${RUN[@]}" <"$T/stdin" >/dev/null 2>&1 || die "$name without faults failed"
+  ref_ms=$(($(now_ms) - ref_start))
   after=$(dump "$W")
+  cmd_started=$SECONDS n_cmd=0
   for err in ENOSPC EIO; do
     for sys in "${SYSCALLS[@]}"; do
       for ((n = 1; n <= 500; n++)); do
         rm -f "$W" "$W-lock"; cp "$BASE" "$W"
         q_cmd "$name" "$W"
+        run_start=$(now_ms)
         run_pre
-        strace -f -qq -o /dev/null -e trace="$sys" -e inject="$sys":error=$err:when=$n \
-          "${RUN[@]}" <"$T/stdin" >"$T/out" 2>"$T/err"
+        timeout -k 5 "$POINT_LIMIT" strace -f -qq -o /dev/null -e trace="$sys" \
+          -e inject="$sys":error=$err:when=$n "${RUN[@]}" <"$T/stdin" >"$T/out" 2>"$T/err"
         rc=$?
-        points=$((points + 1))
+        run_ms=$(($(now_ms) - run_start))
+        points=$((points + 1)) n_cmd=$((n_cmd + 1))
+        if ((rc == 124)); then
+          fail "$name with $err at $sys call #$n: still running after ${POINT_LIMIT}s (a hang)"
+          break
+        fi
         state=$(dump "$W")
         where="$name with $err at $sys call #$n"
         if ((rc == 0)); then
-          [[ $state == "$after" ]] || fail "$where: exit 0 but the file is not as after"
+          same_state "$after" "$state" $((run_start - ref_start)) $((run_ms + ref_ms + 100)) ||
+            fail "$where: exit 0 but the file is not as after"
           break
         fi
         failures=$((failures + 1))
@@ -93,6 +105,7 @@ for name in "${COMMANDS[@]}"; do
       done
     done
   done
+  echo "io_errors: $name: $n_cmd injection points in $((SECONDS - cmd_started)) s"
 done
 echo "io_errors: $points injection points, $failures failed commands checked"
 if [[ $fault == split ]]; then
@@ -171,7 +184,7 @@ elif unshare -m --propagation private true 2>/dev/null; then
     fill_and_recover "$T/tiny" tmpfs
     umount "$T/tiny"'
 else
-  echo "io_errors: unshare -m is not permitted here; the tmpfs part is skipped, ulimit -f covers a full disk" >&2
+  skip_part "unshare -m is not permitted here (needs root or user namespaces): the tmpfs (real full disk) part did not run"
 fi
 
 [[ $part == all || $part == ulimit ]] || exit 0

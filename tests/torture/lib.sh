@@ -39,12 +39,13 @@ _torture_cleanup() {
   local rc=$?
   local n=0
   [[ -s $_FAILS ]] && n=$(wc -l <"$_FAILS")
-  if ((n > 0 || rc != 0)); then
+  if ((n > 0 || (rc != 0 && rc != 77))); then
     local keep
     keep=$(mktemp -d "${TORTURE_KEEP:-/tmp}/q-torture-$TEST_NAME.XXXX")
     cp -a "$T"/. "$keep"/ 2>/dev/null
     echo "$TEST_NAME: logs and queue file kept in $keep" >&2
   fi
+  ( exit "$rc" )   # _cleanup reads the script's exit status from $?
   _cleanup
 }
 trap _torture_cleanup EXIT
@@ -59,6 +60,29 @@ use_dynamic_q() {
   ldd "$qd" 2>/dev/null | grep liblmdb >/dev/null ||
     die "$qd is linked statically (or without a shared liblmdb): LD_PRELOAD cannot work on it; set TORTURE_Q_DYNAMIC to a dynamically linked q (tests/torture/run does)"
   QD=$(cd "$(dirname "$qd")" && pwd)/$(basename "$qd")
+}
+
+# wait_lines FILE N WHAT: wait until FILE has N lines. The limit follows the
+# work: it fails only when the count has not grown for STALL_LIMIT seconds
+# (default 60, times Q_TEST_TIME_SCALE), however long the whole takes on a
+# loaded machine; progress is printed every 20 s.
+wait_lines() {
+  local file=$1 want=$2 what=$3 n last=-1 since=$SECONDS said=$SECONDS
+  local limit=$(( ${STALL_LIMIT:-60} * ${Q_TEST_TIME_SCALE:-1} ))
+  while :; do
+    n=$(wc -l <"$file" 2>/dev/null || echo 0)
+    ((n >= want)) && return 0
+    if ((n != last)); then last=$n since=$SECONDS; fi
+    if ((SECONDS - since > limit)); then
+      fail "$what: stuck at $n of $want for ${limit}s"
+      return 1
+    fi
+    if ((SECONDS - said >= 20)); then
+      said=$SECONDS
+      echo "$TEST_NAME: $what: $n of $want" >&2
+    fi
+    sleep 0.05
+  done
 }
 
 long_or_short() { if [[ $MODE == long ]]; then echo "$1"; else echo "$2"; fi; }
@@ -127,6 +151,7 @@ STOP=$T/stop
 PRODUCER_PAUSE_MS=${PRODUCER_PAUSE_MS:-0}   # between sends
 producer() {
   local p=$1 i=0 log=$L/producer.$1.jsonl bodies k
+  seed_random $((1000 + p))
   while [[ ! -e $STOP ]]; do
     ((PRODUCER_PAUSE_MS > 0)) && sleep_ms $((RANDOM % (2 * PRODUCER_PAUSE_MS + 1)))
     i=$((i + 1))
@@ -171,6 +196,7 @@ sleep_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 consumer() {
   local c=$1 log=$L/consumer.$1.jsonl line receipts n vt roll r
+  seed_random $((2000 + c))
   while [[ ! -e $STOP ]]; do
     n=$((1 + RANDOM % BATCH_MAX))
     vt=${VT_CHOICES[RANDOM % ${#VT_CHOICES[@]}]}
@@ -290,6 +316,7 @@ _victims() {
 killer() {
   local seconds=$1 min=$2 max=$3 log=$L/killer.jsonl
   local end=$((SECONDS + seconds)) pid what tries
+  seed_random 3000
   while ((SECONDS < end)); do
     sleep_ms $((min + RANDOM % (max - min + 1)))
     for ((tries = 0; tries < 50; tries++)); do

@@ -26,8 +26,7 @@ source "$(dirname "$0")/lib.sh" "$@"
 SHIM=${TORTURE_SHIM_DIR:-}/libq_powerloss.so
 [[ -f $SHIM ]] || die "the powerloss shim is not built: set TORTURE_SHIM_DIR (tests/torture/run does)"
 SHIM=$(cd "$(dirname "$SHIM")" && pwd)/$(basename "$SHIM")  # (each process resolves LD_PRELOAD in its own directory)
-SEED=${TORTURE_SEED:-$((SRANDOM % 1000000))}
-[[ $SEED =~ ^[0-9]+$ ]] || die "TORTURE_SEED must be a number, not '$SEED'"
+SEED=$Q_TEST_SEED   # (lib.sh: TORTURE_SEED or Q_TEST_SEED, else a new one)
 RANDOM=$SEED
 echo "power_loss: seed $SEED (TORTURE_SEED=$SEED replays the cut moment and the rebuilds)"
 

@@ -27,8 +27,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 
 # wait_stopped PID: until the process is stopped (state T), at most 5 s.
 wait_stopped() {
-  local i state
-  for ((i = 0; i < 500; i++)); do
+  local state end=$((SECONDS + 30 * ${Q_TEST_TIME_SCALE:-1}))
+  while ((SECONDS < end)); do
     read -r _ _ state _ <"/proc/$1/stat" 2>/dev/null || return 1
     [[ $state == T ]] && return 0
     sleep 0.01
@@ -114,9 +114,19 @@ drain_backlog() {
   "$Q" work r -j 4 -q -- bash -c 'echo x >>"$0"' "$done" </dev/null >/dev/null 2>&1 &
   wpid=$!
   local i
-  for ((i = 0; i < 100; i++)); do [[ $(wc -l <"$done") -ge 10 ]] && break; sleep 0.05; done
-  kill -STOP "$wpid"
-  seq -f 'backlog-%g' 1 3000 | "$Q" send r --lines -q
+  wait_lines "$done" 10 "q work on the first 10 messages"
+  # Stop q work outside a write: stopped while holding the writer lock (the
+  # flock on the file; after its last ack it may still poll with a receive),
+  # it would make the backlog's send time out, and the drain wait for nothing.
+  local tries
+  for ((tries = 0; ; tries++)); do
+    kill -STOP "$wpid"
+    flock -n -x "$f" true 2>/dev/null && break
+    kill -CONT "$wpid"
+    ((tries < 1000)) || { fail "q work never let go of the writer lock"; break; }
+    sleep 0.01
+  done
+  seq -f 'backlog-%g' 1 3000 | "$Q" send r --lines -q || fail "the backlog's send failed (exit $?)"
   if [[ $dead == yes ]]; then
     LD_PRELOAD=$STALL Q_STALL=read "$QD" stats r >/dev/null 2>&1 &
     rpid=$!
@@ -127,8 +137,8 @@ drain_backlog() {
   before=$(size_of "$f")
   kill -CONT "$wpid"
   # Wait for the 3010 commands, without opening the file meanwhile.
-  for ((i = 0; i < 1200; i++)); do [[ $(wc -l <"$done") -ge 3010 ]] && break; sleep 0.1; done
-  sleep 0.5
+  wait_lines "$done" 3010 "q work draining the backlog"
+  sleep 0.5   # (the last acks commit after the last command's line)
   local after
   after=$(size_of "$f")
   kill -TERM "$wpid"; wait "$wpid" 2>/dev/null

@@ -4,10 +4,16 @@
 #   make_base FILE        a queue file with a little of everything: queue t (visible,
 #                         in-flight and delayed messages), queue d (a dead letter);
 #                         leaves the receipt of an in-flight message of t in $T/receipt
-#   dump FILE             the file's logical content, one line per fact, without
-#                         times or receipts: queues, per-queue counts and counters,
-#                         every message (id, body, receive count, state), every dead
-#                         letter. Prints "ERROR exit N: ..." when q cannot read it.
+#   dump FILE             the file's logical content, one line per fact: queues,
+#                         per-queue counts and counters, every message (id, body,
+#                         receive count, state, and its times as @MS: sent, visible
+#                         at (delay), lease end, last received, so a half-done
+#                         extend or nack shows), every dead letter, and what
+#                         `q verify` says. Prints "ERROR exit N: ..." when q cannot
+#                         read it. Compare two dumps with `same_state`.
+#   same_state WANT GOT SHIFT_MS SLACK_MS
+#                         GOT (a dump) is WANT, its times equal or moved by SHIFT_MS
+#                         (+- SLACK_MS) where the command set them (state_cmp.py)
 #   file_ok FILE          LMDB can walk every page (mdb_dump) and q can write to it
 #   sweep_command NAME FILE
 #                         ARGS=(q's arguments) and $T/stdin for command NAME of the
@@ -66,12 +72,25 @@ dump() {
       echo "ERROR stats $queue"
     "$Q" -f "$f" config "$queue" --json 2>&1 || echo "ERROR config $queue"
     "$Q" -f "$f" peek "$queue" -n 100000 --json 2>&1 |
-      jq -c '[.id,(.body // .body_base64),.receive_count,.state]' 2>&1 ||
+      jq -c 'def ms: if . == null then null
+                     else "@\((.[0:19] + "Z" | fromdateiso8601) * 1000 + (.[20:23] | tonumber))" end;
+             [.id,(.body // .body_base64),.receive_count,.state,
+              (.sent_at | ms),(.visible_at | ms),(.visible_until | ms),(.last_received_at | ms)]' 2>&1 ||
       echo "ERROR peek $queue"
     "$Q" -f "$f" dlq list "$queue" -n 100000 --json 2>&1 |
       jq -c '["dead",.id,(.body // .body_base64),.receive_count]' 2>&1 ||
       echo "ERROR dlq $queue"
   done
+  # The indexes and counters agree with the records (a half-done write that the
+  # listings above do not show).
+  "$Q" -f "$f" verify >/dev/null 2>&1
+  echo "verify: exit $?"
+}
+
+same_state() {
+  local want=$1 got=$2
+  [[ $want == "$got" ]] && return 0
+  python3 "$TORTURE_DIR/state_cmp.py" <(printf '%s\n' "$want") <(printf '%s\n' "$got") "$3" "$4"
 }
 
 file_ok() {
