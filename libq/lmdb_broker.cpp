@@ -1014,8 +1014,15 @@ class LmdbBroker final : public Broker {
       if (!header)
         view.corrupt(fmt::format("the dead letter {} is damaged (checksum mismatch)",
                                  store::message_id(seq)));
-      if (!each(to_message(seq, *header, view.body(seq), MessageState::Dead))) return;
+      auto message = to_message(seq, *header, view.body(seq), MessageState::Dead);
+      release_body(txn, seq);
+      if (!each(message)) return;
     }
+  }
+
+  // A body copied out in a read transaction: its pages need not stay resident.
+  void release_body(Txn& txn, std::uint64_t seq) {
+    if (auto bytes = txn.get(db().bodies, store::key_seq(seq))) txn.release_read(*bytes);
   }
 
   std::uint64_t purge_dead_letters(const std::string& queue) override {
@@ -1144,7 +1151,9 @@ class LmdbBroker final : public Broker {
           view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
                                    store::message_id(seq)));
         auto state = dbi == db().dead ? MessageState::Dead : state_of(*header, view.now);
-        each(to_message(seq, *header, view.body(seq), state));
+        auto message = to_message(seq, *header, view.body(seq), state);
+        release_body(txn, seq);
+        each(message);
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -791,6 +792,14 @@ bool Cursor::seek(std::string_view key) {
   key_ = as_val(key);
   return move(MDB_SET_RANGE);
 }
+void Txn::release_read(std::string_view bytes) {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (write_ || bytes.size() < 2 * page) return;
+  auto begin = (reinterpret_cast<std::uintptr_t>(bytes.data()) + page - 1) & ~(page - 1);
+  auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size()) & ~(page - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 bool Cursor::first() { return move(MDB_FIRST); }
 bool Cursor::next() { return move(MDB_NEXT); }
 bool Cursor::last() { return move(MDB_LAST); }

@@ -87,6 +87,7 @@ class Env {
   // synced and renamed, while other processes go on using the file.
   void copy_to(const std::string& target);
 
+
  private:
   static constexpr std::chrono::seconds kReaderCheckEvery{1};
 
@@ -132,6 +133,14 @@ class Txn {
   Env& env() const { return env_; }
 
   std::optional<std::string_view> get(MDB_dbi dbi, std::string_view key);
+  // Long reads (export, listing dead letters) touch every page of a large
+  // queue through LMDB's map, and each page read stays in the process's
+  // resident memory. In a read transaction, `bytes` (a value just read and
+  // copied) lies in the read-only map: its whole pages are let go (they stay
+  // in the page cache), so memory follows what the reader holds, not the
+  // file's size. Does nothing in a write transaction, whose values may be
+  // LMDB's own buffers.
+  void release_read(std::string_view bytes);
   void put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags = 0);
   bool del(MDB_dbi dbi, std::string_view key);  // false when the key was absent
   std::size_t entries(MDB_dbi dbi);
