@@ -1,5 +1,6 @@
 #include "output.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -60,6 +61,7 @@ bool is_c1_control(std::string_view s, std::size_t i, std::size_t n) {
 // terminal obeys them). In its output these bytes can only be inside strings,
 // so they are rewritten as \u escapes here.
 std::string escape_controls_in_json(std::string json) {
+  if (json.find_first_of("\x7f\xc2") == std::string::npos) return json;  // the common case
   std::string out;
   out.reserve(json.size());
   for (std::size_t i = 0; i < json.size(); ++i) {
@@ -168,7 +170,11 @@ JsonObject& JsonObject::num(std::string_view k, long long v) {
   return *this;
 }
 JsonObject& JsonObject::real(std::string_view k, double v) {
-  impl_->j[std::string(k)] = v;
+  // Whole numbers print as such ("rate_per_second":50, not 50.0).
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
+    impl_->j[std::string(k)] = static_cast<long long>(v);
+  else
+    impl_->j[std::string(k)] = v;
   return *this;
 }
 JsonObject& JsonObject::boolean(std::string_view k, bool v) {
