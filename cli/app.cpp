@@ -17,6 +17,7 @@
 #include "error.hpp"
 #include "input.hpp"
 #include "lmdb_broker.hpp"
+#include "output.hpp"
 #include "records.hpp"
 
 namespace cli {
@@ -198,11 +199,11 @@ int run(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      std::cerr << "q: " << parse_error_text(app, argc, argv, e) << " (see 'q --help')\n";
+      print_error(parse_error_text(app, argc, argv, e) + " (see 'q --help')");
       return kUsage;
     }
   } catch (const q::Error& e) {
-    std::cerr << "q: " << e.what() << "\n";
+    print_error(e.what());
     return exit_code(e.kind());
   } catch (const std::bad_alloc&) {
     std::cerr << "q: out of memory\n";

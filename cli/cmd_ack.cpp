@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "output.hpp"
 #include "input.hpp"
 
 namespace cli {
@@ -25,7 +26,7 @@ void run_ack(const AckFlags& f, Context& ctx) {
   bool stale = false, malformed = false;
   for (const auto& r : results) {
     if (r.outcome == q::ReceiptOutcome::Done) continue;
-    std::cerr << "q: ack: " << r.detail << "\n";
+    print_error("ack: " + r.detail);
     stale |= r.outcome == q::ReceiptOutcome::Stale;
     malformed |= r.outcome == q::ReceiptOutcome::Malformed;
   }

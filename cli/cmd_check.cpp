@@ -13,6 +13,7 @@
 #include "error.hpp"
 #include "input.hpp"
 #include "rates.hpp"
+#include "timefmt.hpp"
 
 namespace cli {
 namespace {
@@ -34,9 +35,12 @@ struct Threshold {
   }
 };
 
+// `lower_bound`: the thresholds are minimums (--min-rate), so the warning
+// comes before the critical one from above. A warning past the critical
+// threshold could never show and is refused.
 template <typename Parse>
 std::optional<Threshold> threshold(const std::string& flag, const std::optional<std::string>& text,
-                                   Parse parse) {
+                                   Parse parse, bool lower_bound = false) {
   if (!text) return std::nullopt;
   Threshold t;
   auto comma = text->find(',');
@@ -45,8 +49,39 @@ std::optional<Threshold> threshold(const std::string& flag, const std::optional<
   } else {
     t.warn = parse(flag, text->substr(0, comma));
     t.crit = parse(flag, text->substr(comma + 1));
+    if (lower_bound ? *t.warn < *t.crit : *t.warn > *t.crit)
+      throw q::Error(q::ErrorKind::Usage,
+                     fmt::format("{} '{}': the warning threshold must be {} the critical one "
+                                 "(W,C)",
+                                 flag, *text, lower_bound ? "at or above" : "at or below"));
   }
   return t;
+}
+
+// --sample: a monitoring check must finish, and a rate needs some time.
+constexpr q::Millis kMinSample = 10;
+constexpr q::Millis kMaxSample = 10 * q::kMinute;
+
+q::Millis sample_flag(const std::optional<std::string>& text) {
+  q::Millis sample = duration_flag("--sample", text).value_or(2 * q::kSecond);
+  if (sample < kMinSample || sample > kMaxSample)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("--sample '{}': must be between {} and {}", *text,
+                               q::format_duration(kMinSample), q::format_duration(kMaxSample)));
+  return sample;
+}
+
+// The status line stays short whatever the number of queues (10,000 queues
+// made a 650 KB line): the first few items, then how many more.
+constexpr std::size_t kShownItems = 5;
+
+std::string summarise(const std::vector<std::string>& items, const char* noun) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < kShownItems; ++i)
+    out += (i ? "; " : "") + items[i];
+  if (items.size() > kShownItems)
+    out += fmt::format("; and {}", q::plural(items.size() - kShownItems, std::string("more ") + noun));
+  return out;
 }
 
 double count_value(const std::string& flag, const std::string& text) {
@@ -65,8 +100,15 @@ double seconds_value(const std::string& flag, const std::string& text) {
 
 struct Verdict {
   Status status = kOkStatus;
-  std::vector<std::string> problems;
+  std::vector<std::string> criticals, warnings;
   std::string perfdata;
+
+  // Critical problems first: they must not be among those summarised away.
+  std::vector<std::string> problems() const {
+    auto all = criticals;
+    all.insert(all.end(), warnings.begin(), warnings.end());
+    return all;
+  }
 
   // Above the threshold is bad (or below, with `below`).
   void judge(const std::string& what, double value, const std::optional<Threshold>& t,
@@ -79,7 +121,7 @@ struct Verdict {
     if (s == kOkStatus) return;
     status = std::max(status, s);
     double limit = s == kCritical ? *t->crit : *t->warn;
-    problems.push_back(fmt::format("{} {} ({} {:g}{})", what, shown, below ? "min" : "max", limit, unit));
+    (s == kCritical ? criticals : warnings).push_back(fmt::format("{} {} ({} {:g}{})", what, shown, below ? "min" : "max", limit, unit));
   }
 };
 
@@ -90,8 +132,8 @@ void run_check(const CheckFlags& f, Context& ctx) {
     auto max_dead = threshold("--max-dead", f.max_dead, count_value);
     auto max_depth = threshold("--max-depth", f.max_depth, count_value);
     auto max_age = threshold("--max-age", f.max_age, seconds_value);
-    auto min_rate = threshold("--min-rate", f.min_rate, rate_flag);
-    q::Millis sample = duration_flag("--sample", f.sample).value_or(2 * q::kSecond);
+    auto min_rate = threshold("--min-rate", f.min_rate, rate_flag, /*lower_bound=*/true);
+    q::Millis sample = sample_flag(f.sample);
 
     auto broker = ctx.open();
     RateMeter meter;
@@ -130,13 +172,14 @@ void run_check(const CheckFlags& f, Context& ctx) {
     return;
   }
   std::string summary;
-  if (v.problems.empty()) {
+  if (v.status == kOkStatus) {
+    std::vector<std::string> numbers;
     for (const auto& r : queues)
-      summary += fmt::format("{}{}: depth {}, dead {}, oldest {}", summary.empty() ? "" : "; ",
-                             r.stats.name, r.backlog(), r.stats.dead,
-                             short_duration(r.stats.oldest_age));
+      numbers.push_back(fmt::format("{}: depth {}, dead {}, oldest {}", r.stats.name, r.backlog(),
+                                    r.stats.dead, short_duration(r.stats.oldest_age)));
+    summary = summarise(numbers, "queue");
   } else {
-    for (const auto& p : v.problems) summary += (summary.empty() ? "" : "; ") + p;
+    summary = summarise(v.problems(), "problem");
   }
   ctx.out += fmt::format("Q {} - {} |{}\n", kStatusName[v.status], summary, v.perfdata);
   ctx.exit = v.status;

@@ -15,7 +15,7 @@ struct SettingsFlags {
   std::string queue;
   std::optional<std::string> visibility_timeout, retention, delay, dedup_window, rate;
   std::optional<std::uint32_t> max_receives, max_size;
-  std::optional<std::uint64_t> max_depth;
+  std::optional<std::string> max_depth;
   bool fifo = false;
   bool standard = false;  // config: --fifo/--standard are checked against the queue
   std::optional<bool> content_dedup;
@@ -33,7 +33,7 @@ struct SettingsFlags {
     if (content_dedup) c.content_dedup = *content_dedup;
     c.max_receives = max_receives;
     c.max_size = max_size;
-    c.max_depth = max_depth;
+    if (max_depth) c.max_depth = count_flag("--max-depth", *max_depth, q::kMaxMaxDepth);
     return c;
   }
 };
@@ -86,7 +86,7 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
                .num("max_depth", static_cast<long long>(c.max_depth))
                .num("max_size", c.max_size)
                .num("dedup_window_ms", c.dedup_window)
-               .raw("rate_per_second", fmt::format("{}", c.rate))
+               .real("rate_per_second", c.rate)
                .boolean("fifo", c.fifo)
                .boolean("content_dedup", c.content_dedup)
                .done() +

@@ -15,8 +15,9 @@ void add_delete(CLI::App& app, Context& ctx) {
   cmd->add_option("QUEUE", *queue, "Queue to delete")->required();
   cmd->callback([queue, &ctx] {
     auto removed = ctx.open()->delete_queue(*queue);
-    ctx.out += fmt::format("deleted queue {} ({} messages, {} dead letters)\n", *queue,
-                           removed.messages, removed.dead_letters);
+    ctx.out += fmt::format("deleted queue {} ({}, {})\n", *queue,
+                           q::plural(removed.messages, "message"),
+                           q::plural(removed.dead_letters, "dead letter"));
   });
 }
 

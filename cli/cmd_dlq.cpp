@@ -145,7 +145,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
       if (std::find(missing.begin(), missing.end(), id) == missing.end())
         ctx.out += fmt::format("deleted dead letter {}\n", id);
     for (const auto& id : missing)
-      std::cerr << fmt::format("q: queue {}: no dead letter {}\n", delete_flags->queue, id);
+      print_error(fmt::format("queue {}: no dead letter {}", delete_flags->queue, id));
     if (!missing.empty()) ctx.exit = kNoInput;
   });
 
@@ -155,7 +155,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
   purge->add_option("QUEUE", *queue, "Queue whose dead letters to discard")->required();
   purge->callback([queue, &ctx] {
     auto removed = ctx.open()->purge_dead_letters(*queue);
-    ctx.out += fmt::format("purged {} dead letters from {}\n", removed, *queue);
+    ctx.out += fmt::format("purged {} from {}\n", q::plural(removed, "dead letter"), *queue);
   });
 }
 

@@ -21,32 +21,6 @@
 namespace cli {
 namespace {
 
-std::optional<std::string> unbase64(const std::string& text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  std::uint32_t bits = 0;
-  int count = 0;
-  for (char c : text) {
-    if (c == '=') break;
-    int v = value(c);
-    if (v < 0) return std::nullopt;
-    bits = (bits << 6) | static_cast<std::uint32_t>(v);
-    count += 6;
-    if (count >= 8) {
-      count -= 8;
-      out.push_back(static_cast<char>((bits >> count) & 0xFF));
-    }
-  }
-  return out;
-}
-
 q::Message parse_line(const std::string& line, std::size_t number) {
   auto bad = [&](const std::string& why) {
     return q::Error(q::ErrorKind::InvalidData,
@@ -82,12 +56,10 @@ q::Message parse_line(const std::string& line, std::size_t number) {
   } else {
     throw bad("no \"body\" or \"body_base64\"");
   }
-  if (j.contains("attributes")) {
-    if (!j["attributes"].is_object()) throw bad("\"attributes\" is not an object");
-    for (const auto& [key, value] : j["attributes"].items()) {
-      if (!value.is_string()) throw bad("attribute values must be strings");
-      m.attributes.emplace_back(key, value.get<std::string>());
-    }
+  try {
+    m.attributes = attributes_from_json(j);
+  } catch (const std::invalid_argument& e) {
+    throw bad(e.what());
   }
   if (j.contains("receive_count")) {
     if (!j["receive_count"].is_number_unsigned() ||

@@ -16,7 +16,7 @@ void add_purge(CLI::App& app, Context& ctx) {
   cmd->add_option("QUEUE", *queue, "Queue to empty")->required();
   cmd->callback([queue, &ctx] {
     auto removed = ctx.open()->purge(*queue);
-    ctx.out += fmt::format("purged {} messages from {}\n", removed, *queue);
+    ctx.out += fmt::format("purged {} from {}\n", q::plural(removed, "message"), *queue);
   });
 }
 

@@ -28,10 +28,16 @@ void run_send(const SendFlags& f, Context& ctx) {
   if (f.dedup_id && (f.dedup_id->empty() || f.dedup_id->size() > q::kMaxDedupId))
     throw q::Error(q::ErrorKind::InvalidData,
                    fmt::format("--dedup-id: must be 1 to {} bytes", q::kMaxDedupId));
+  // JSON output and export carry the dedup id as text.
+  if (f.dedup_id && !q::is_utf8(*f.dedup_id))
+    throw q::Error(q::ErrorKind::InvalidData, "--dedup-id: must be UTF-8 text");
   if (f.group && f.group->empty())
     throw q::Error(q::ErrorKind::InvalidData, "--group: must not be empty");
   q::Attributes attributes;
   for (const auto& a : f.attributes) attributes.push_back(attribute_flag(a));
+  // --attr k=1 --attr k=2: the last one wins, as in import and in q work's
+  // environment (README "Attributes").
+  attributes = q::last_value_wins(std::move(attributes));
 
   // All input is read before the transaction starts: a producer stalled on
   // its stdin must never hold the writer lock.

@@ -66,8 +66,8 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
   if (all.size() != 1 || !one_queue) return out;
   const auto& s = all.front();
   if (s.config.fifo)
-    out += fmt::format("\nFIFO: {} groups with messages, {} held by a delivery in flight\n",
-                       s.groups, s.held_groups);
+    out += fmt::format("\nFIFO: {} with messages, {} held by a delivery in flight\n",
+                       q::plural(s.groups, "group"), s.held_groups);
   const auto& c = s.counters;
   out += fmt::format(
       "\nlifetime: sent {}, received {}, acked {}, nacked {}, dead-lettered {}, redriven {}, "

@@ -6,6 +6,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -96,9 +97,38 @@ std::string count_text(std::uint64_t n) {
   return std::to_string(n);
 }
 
+// Cuts to `width` bytes, never inside a character.
 std::string fit(std::string s, std::size_t width) {
-  if (s.size() > width) s = s.substr(0, width - 1) + "~";
+  if (s.size() > width) s = std::string(q::utf8_prefix(s, width - 1)) + "~";
   return s;
+}
+
+// Waits for the next refresh, or a key that quits. `keys` is cleared when the
+// keyboard can no longer be read: with standard input at end of file (q top <
+// /dev/null) poll says "readable" for ever and read returns 0, which spun the
+// loop at full speed (issue 17).
+void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval);
+  while (!g_quit) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) return;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    if (::poll(&p, keys ? 1 : 0, static_cast<int>(left)) <= 0) continue;  // timeout or signal
+    if (p.revents & (POLLHUP | POLLERR)) {  // the terminal went away
+      g_quit = 1;
+      return;
+    }
+    if (p.revents & POLLNVAL) {
+      keys = false;
+      continue;
+    }
+    char key = 0;
+    ssize_t n = ::read(STDIN_FILENO, &key, 1);
+    if (n == 1 && (key == 'q' || key == 'Q' || key == 3)) g_quit = 1;
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) keys = false;
+  }
 }
 
 void run_top(const TopFlags& f, Context& ctx) {
@@ -108,8 +138,12 @@ void run_top(const TopFlags& f, Context& ctx) {
   q::Millis interval = duration_flag("--interval", f.interval).value_or(q::kSecond);
   if (interval < 100) throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
   const bool color = std::getenv("NO_COLOR") == nullptr;
+  // Keys are read from a terminal only: anything else on standard input (a
+  // file, /dev/null, a closed descriptor that the queue file may now reuse) is
+  // not a keyboard. Ctrl-C and SIGTERM still quit.
+  bool keys = isatty(STDIN_FILENO) == 1;
   auto broker = ctx.open();
-  std::string file = ctx.queue_file();
+  std::string file = text_escape(ctx.queue_file());
 
   signal(SIGINT, on_quit);
   signal(SIGTERM, on_quit);
@@ -128,7 +162,7 @@ void run_top(const TopFlags& f, Context& ctx) {
     auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
     auto red = [&](const std::string& s) { return color ? "\033[31m" + s + "\033[0m" : s; };
     std::string now = q::format_time(q::SystemClock().now()).substr(11, 8);
-    frame += bold(fit(fmt::format("q top  {}  {}  ({} queues)  q: quit", now, file, queues.size()),
+    frame += bold(fit(fmt::format("q top  {}  {}  ({})  q: quit", now, file, q::plural(queues.size(), "queue")),
                       static_cast<std::size_t>(cols))) +
              "\r\n\r\n";
     std::string header = fmt::format("{:<10} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6}  {:<{}} {:>7} {:>8}",
@@ -156,21 +190,7 @@ void run_top(const TopFlags& f, Context& ctx) {
     if (queues.empty()) frame += "(no queues yet: q create QUEUE)\r\n";
     Screen::put(frame);
 
-    // Wait for the next refresh or a key.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval);
-    while (!g_quit) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      deadline - std::chrono::steady_clock::now())
-                      .count();
-      if (left <= 0) break;
-      pollfd p{STDIN_FILENO, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left)) > 0) {
-        char key = 0;
-        if (::read(STDIN_FILENO, &key, 1) == 1 && (key == 'q' || key == 'Q' || key == 3))
-          g_quit = 1;
-        if (p.revents & (POLLHUP | POLLERR)) g_quit = 1;
-      }
-    }
+    wait_for_refresh_or_key(interval, keys);
   }
 }
 

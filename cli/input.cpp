@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -40,25 +41,63 @@ q::Millis time_flag(const std::string& flag, const std::string& text) {
   return *t;
 }
 
-double rate_flag(const std::string& flag, const std::string& text) {
-  auto bad = [&]() -> double {
-    throw q::Error(q::ErrorKind::Usage,
-                   fmt::format("{} '{}': not a rate (like 50/s, 3000/m, 10/h)", flag, text));
+namespace {
+
+// The length of a plain decimal number at the start of `text` ("12", "0.5",
+// "1e-3"), 0 when there is none: no sign, hex, "inf" or "nan".
+std::size_t decimal_length(const std::string& text) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    std::size_t start = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i > start;
   };
-  std::size_t used = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return bad();
+  if (!digits()) return 0;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (!digits()) return 0;
   }
-  if (!(number >= 0) || std::isinf(number) || text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
-    return bad();
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (!digits()) return 0;
+  }
+  return i;
+}
+
+}  // namespace
+
+double rate_flag(const std::string& flag, const std::string& text) {
+  auto bad = [&](const std::string& why) -> double {
+    throw q::Error(q::ErrorKind::Usage, fmt::format("{} '{}': {}", flag, text, why));
+  };
+  std::size_t used = decimal_length(text);
+  if (used == 0) return bad("not a rate (like 50/s, 3000/m, 10/h)");
+  double number = std::strtod(text.substr(0, used).c_str(), nullptr);
   std::string unit = text.substr(used);
-  if (unit.empty() || unit == "/s") return number;
-  if (unit == "/m") return number / 60;
-  if (unit == "/h") return number / 3600;
-  return bad();
+  double per_second = 0;
+  if (unit.empty() || unit == "/s") per_second = number;
+  else if (unit == "/m") per_second = number / 60;
+  else if (unit == "/h") per_second = number / 3600;
+  else return bad("not a rate (like 50/s, 3000/m, 10/h)");
+  // Issue 17: 1e-300/s made an interval between starts that overflowed and was
+  // ignored. 0 means no limit; anything else must be a start a year or more.
+  if (per_second != 0 && !(per_second >= q::kMinRate))
+    return bad("too slow: the interval between starts must be at most a year (0: no limit)");
+  if (!(per_second <= q::kMaxRate))
+    return bad(fmt::format("too fast: at most {:.0f} per second", q::kMaxRate));
+  return per_second;
+}
+
+std::uint64_t count_flag(const std::string& flag, const std::string& text, std::uint64_t max) {
+  bool digits = !text.empty() && text.size() <= 19 &&
+                std::all_of(text.begin(), text.end(),
+                            [](unsigned char c) { return std::isdigit(c) != 0; });
+  std::uint64_t value = digits ? std::stoull(text) : 0;
+  if (!digits || value > max)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("{} '{}': not a count from 0 to {}", flag, text, max));
+  return value;
 }
 
 std::pair<std::string, std::string> attribute_flag(const std::string& text) {

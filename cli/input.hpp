@@ -21,6 +21,10 @@ std::optional<q::Millis> duration_flag(const std::string& flag,
 // "50/s", "3000/m", "10/h", or a bare number per second; in messages per second.
 double rate_flag(const std::string& flag, const std::string& text);
 
+// A count of digits only, at most `max`: CLI11 reads "-1" into an unsigned
+// 64-bit option as 2^64-1 (issue 12 break 13).
+std::uint64_t count_flag(const std::string& flag, const std::string& text, std::uint64_t max);
+
 // KEY=VALUE; throws q::Error(InvalidData) naming the flag when malformed.
 std::pair<std::string, std::string> attribute_flag(const std::string& text);
 

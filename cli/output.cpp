@@ -1,6 +1,11 @@
 #include "output.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "timefmt.hpp"
 #include "utf8.hpp"
@@ -34,27 +39,81 @@ std::string base64(std::string_view s) {
   return out;
 }
 
-std::string json_string(std::string_view s) {
+namespace {
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// U+0080..U+009F, encoded C2 80..C2 9F: controls that terminals obey (CSI is
+// U+009B) although they are valid UTF-8.
+bool is_c1_control(std::string_view s, std::size_t i, std::size_t n) {
+  return n == 2 && static_cast<unsigned char>(s[i]) == 0xC2 &&
+         static_cast<unsigned char>(s[i + 1]) <= 0x9F;
+}
+
+// nlohmann-json leaves DEL and C1 controls as they are (valid JSON, but a
+// terminal obeys them). In its output these bytes can only be inside strings,
+// so they are rewritten as \u escapes here.
+std::string escape_controls_in_json(std::string json) {
+  if (json.find_first_of("\x7f\xc2") == std::string::npos) return json;  // the common case
   std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('"');
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) out += fmt::format("\\u{:04x}", c);
-        else out.push_back(ch);
+  out.reserve(json.size());
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    auto c = static_cast<unsigned char>(json[i]);
+    if (c == 0x7F) {
+      out += "\\u007f";
+    } else if (c == 0xC2 && i + 1 < json.size() &&
+               static_cast<unsigned char>(json[i + 1]) <= 0x9F) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(json[i + 1]));
+      ++i;
+    } else {
+      out.push_back(json[i]);
     }
   }
-  out.push_back('"');
   return out;
+}
+
+std::string dump(const nlohmann::ordered_json& j) {
+  // Only bodies and attributes must be byte-exact, and they are base64 when
+  // not UTF-8; any other text that is not (an old reason cut mid-character)
+  // shows U+FFFD rather than making the line invalid JSON.
+  return escape_controls_in_json(
+      j.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+}  // namespace
+
+std::optional<std::string> unbase64(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::size_t padding = 0;
+  if (!text.empty() && text.back() == '=') padding = text[text.size() - 2] == '=' ? 2 : 1;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  std::uint32_t bits = 0;
+  int count = 0;
+  for (std::size_t i = 0; i < text.size() - padding; ++i) {
+    int v = base64_value(text[i]);
+    if (v < 0) return std::nullopt;  // includes '=' before the end
+    bits = (bits << 6) | static_cast<std::uint32_t>(v);
+    count += 6;
+    if (count >= 8) {
+      count -= 8;
+      out.push_back(static_cast<char>((bits >> count) & 0xFF));
+    }
+  }
+  // What is left over must be padding's zero bits: 2 bits with "==", 4 with "=".
+  if (bits & ((1u << count) - 1)) return std::nullopt;
+  return out;
+}
+
+std::string json_string(std::string_view s) {
+  return dump(nlohmann::ordered_json(std::string(s)));
 }
 
 std::string text_escape(std::string_view s, std::size_t max) {
@@ -67,7 +126,9 @@ std::string text_escape(std::string_view s, std::size_t max) {
     }
     auto c = static_cast<unsigned char>(s[i]);
     std::size_t n = utf8_sequence(s, i);
-    if (n > 1) {
+    if (is_c1_control(s, i, n)) {
+      out += fmt::format("\\x{:02x}\\x{:02x}", c, static_cast<unsigned char>(s[i + 1]));
+    } else if (n > 1) {
       out.append(s.substr(i, n));
     } else if (c == '\n') {
       out += "\\n";
@@ -88,38 +149,86 @@ std::string text_escape(std::string_view s, std::size_t max) {
   return out;
 }
 
-JsonObject& JsonObject::key(std::string_view k) {
-  if (text_.size() > 1) text_.push_back(',');
-  text_ += json_string(k);
-  text_.push_back(':');
-  return *this;
+void print_error(std::string_view message) {
+  std::string line = "q: " + text_escape(message) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
+
+struct JsonObject::Impl {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+};
+
+JsonObject::JsonObject() : impl_(std::make_unique<Impl>()) {}
+JsonObject::~JsonObject() = default;
+
 JsonObject& JsonObject::str(std::string_view k, std::string_view v) {
-  key(k).text_ += json_string(v);
+  impl_->j[std::string(k)] = std::string(v);
   return *this;
 }
 JsonObject& JsonObject::num(std::string_view k, long long v) {
-  key(k).text_ += std::to_string(v);
+  impl_->j[std::string(k)] = v;
+  return *this;
+}
+JsonObject& JsonObject::real(std::string_view k, double v) {
+  // Whole numbers print as such ("rate_per_second":50, not 50.0).
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
+    impl_->j[std::string(k)] = static_cast<long long>(v);
+  else
+    impl_->j[std::string(k)] = v;
   return *this;
 }
 JsonObject& JsonObject::boolean(std::string_view k, bool v) {
-  key(k).text_ += v ? "true" : "false";
+  impl_->j[std::string(k)] = v;
   return *this;
 }
 JsonObject& JsonObject::null(std::string_view k) {
-  key(k).text_ += "null";
+  impl_->j[std::string(k)] = nullptr;
   return *this;
 }
 JsonObject& JsonObject::time(std::string_view k, q::Millis instant) {
   return str(k, q::format_time(instant));
 }
-JsonObject& JsonObject::raw(std::string_view k, std::string_view json) {
-  key(k).text_ += json;
-  return *this;
-}
 JsonObject& JsonObject::body(std::string_view body) {
   if (is_utf8(body)) return str("body", body);
   return str("body_base64", base64(body));
+}
+JsonObject& JsonObject::attributes(const q::Attributes& attributes) {
+  auto text = nlohmann::ordered_json::object();
+  auto encoded = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : q::last_value_wins(attributes)) {
+    if (is_utf8(key) && is_utf8(value))
+      text[key] = value;
+    else
+      encoded[base64(key)] = base64(value);
+  }
+  impl_->j["attributes"] = std::move(text);
+  if (!encoded.empty()) impl_->j["attributes_base64"] = std::move(encoded);
+  return *this;
+}
+std::string JsonObject::done() const { return dump(impl_->j); }
+
+q::Attributes attributes_from_json(const nlohmann::json& message) {
+  q::Attributes out;
+  auto object = [&](const char* name) -> const nlohmann::json* {
+    auto it = message.find(name);
+    if (it == message.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) throw std::invalid_argument(fmt::format("\"{}\" is not an object", name));
+    return &*it;
+  };
+  if (const auto* text = object("attributes"))
+    for (const auto& [key, value] : text->items()) {
+      if (!value.is_string()) throw std::invalid_argument("attribute values must be strings");
+      out.emplace_back(key, value.get<std::string>());
+    }
+  if (const auto* encoded = object("attributes_base64"))
+    for (const auto& [key, value] : encoded->items()) {
+      auto k = unbase64(key);
+      auto v = value.is_string() ? unbase64(value.get<std::string>()) : std::nullopt;
+      if (!k || !v)
+        throw std::invalid_argument("\"attributes_base64\": keys and values must be base64");
+      out.emplace_back(std::move(*k), std::move(*v));
+    }
+  return q::last_value_wins(std::move(out));
 }
 
 std::string message_json(const q::Message& m, bool with_state) {
@@ -129,12 +238,7 @@ std::string message_json(const q::Message& m, bool with_state) {
   o.body(m.body);
   o.num("receive_count", m.receive_count);
   o.time("sent_at", m.sent_at);
-  std::string attributes = "{";
-  for (const auto& [key, value] : m.attributes) {
-    if (attributes.size() > 1) attributes.push_back(',');
-    attributes += json_string(key) + ":" + json_string(value);
-  }
-  o.raw("attributes", attributes + "}");
+  o.attributes(m.attributes);
   if (with_state) o.str("state", q::to_string(m.state));
   if (m.state == q::MessageState::InFlight)
     o.time("visible_until", m.visible_at);

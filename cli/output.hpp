@@ -1,8 +1,12 @@
 // Output formats: JSON lines and text that is safe for any body.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "broker.hpp"
 #include "utf8.hpp"
@@ -10,32 +14,56 @@
 namespace cli {
 
 using q::is_utf8;
-std::string base64(std::string_view s);
 
-// A JSON string literal, quotes included.
+// Base64 (RFC 4648, with padding), the one encoder and decoder: bodies and
+// attributes that are not UTF-8 travel in JSON this way. unbase64 refuses
+// anything but canonical base64 (length, alphabet, padding, unused bits).
+std::string base64(std::string_view s);
+std::optional<std::string> unbase64(std::string_view text);
+
+// A JSON string literal, quotes included, always valid JSON: bytes that are
+// not UTF-8 become U+FFFD (bodies and attributes never reach here as such:
+// they use base64), and C0, DEL and C1 controls are \u escapes, so JSON read
+// on a terminal cannot drive it.
 std::string json_string(std::string_view s);
 
-// One line of text for any bytes: control characters, backslash and invalid
+// One line of text for any bytes: control characters (C0, DEL, and the C1
+// controls U+0080..U+009F, which terminals obey too), backslash and invalid
 // UTF-8 are escaped (\n, \t, \\, \xNN); `max` > 0 cuts it with "...".
 std::string text_escape(std::string_view s, std::size_t max = 0);
 
-// Builds one JSON object a field at a time.
+// Writes "q: MESSAGE" to standard error, escaped as text_escape does: error
+// messages quote what users typed (a receipt with a trailing CR must show it).
+void print_error(std::string_view message);
+
+// Builds one JSON object a field at a time (nlohmann-json writes it).
 class JsonObject {
  public:
+  JsonObject();
+  ~JsonObject();
   JsonObject& str(std::string_view key, std::string_view value);
   JsonObject& num(std::string_view key, long long value);
+  JsonObject& real(std::string_view key, double value);
   JsonObject& boolean(std::string_view key, bool value);
   JsonObject& null(std::string_view key);
   JsonObject& time(std::string_view key, q::Millis instant);
-  JsonObject& raw(std::string_view key, std::string_view json);
   // "body" when valid UTF-8, else "body_base64".
   JsonObject& body(std::string_view body);
-  std::string done() { return text_ + "}"; }
+  // "attributes": {key: value} for text; "attributes_base64": {base64(key):
+  // base64(value)} for pairs where either is not UTF-8 (stored before q
+  // refused them). A key stored twice shows once, with its last value.
+  JsonObject& attributes(const q::Attributes& attributes);
+  std::string done() const;
 
  private:
-  JsonObject& key(std::string_view key);
-  std::string text_ = "{";
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
+
+// Reads back what JsonObject::attributes wrote into `message` ("attributes"
+// and "attributes_base64", each optional), a repeated key's last value
+// winning. Throws std::invalid_argument with the reason when malformed.
+q::Attributes attributes_from_json(const nlohmann::json& message);
 
 // A message as one JSON line (newline included).
 std::string message_json(const q::Message& m, bool with_state);

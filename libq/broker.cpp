@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "error.hpp"
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 namespace q {
 
@@ -22,12 +26,16 @@ void validate(const QueueConfig& c) {
     bad(fmt::format("--retention {}: must be between 1m and 365d", format_duration(c.retention)));
   if (c.delay < 0 || c.delay > kMaxDelay)
     bad(fmt::format("--delay {}: must be between 0s and 12h", format_duration(c.delay)));
+  if (c.max_depth > kMaxMaxDepth)
+    bad(fmt::format("--max-depth {}: must be between 0 (unlimited) and {}", c.max_depth,
+                    kMaxMaxDepth));
   if (c.max_size < 1 || c.max_size > kMaxMaxSize)
     bad(fmt::format("--max-size {}: must be between 1 and {} bytes", c.max_size, kMaxMaxSize));
   if (c.content_dedup && !c.fifo) bad("--content-dedup: only FIFO queues (--fifo) have it");
-  if (!(c.rate >= 0 && c.rate <= kMaxRate))
-    bad(fmt::format("--rate {}: must be between 0 (no limit) and {:.0f} per second", c.rate,
-                    kMaxRate));
+  if (!(c.rate == 0 || (c.rate >= kMinRate && c.rate <= kMaxRate)))
+    bad(fmt::format("--rate {}/s: must be 0 (no limit) or between one a year and {:.0f} per "
+                    "second",
+                    c.rate, kMaxRate));
   if (c.dedup_window < 0 || c.dedup_window > 7 * kDay)
     bad(fmt::format("--dedup-window {}: must be between 0s and 7d",
                     format_duration(c.dedup_window)));
@@ -53,6 +61,48 @@ bool is_valid_queue_name(const std::string& name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            c == '-' || c == '_' || c == '.';
   });
+}
+
+void check_new_queue_name(const std::string& name) {
+  auto bad = [&](const char* why) {
+    throw Error(ErrorKind::Usage, fmt::format("queue name '{}': {}", name, why));
+  };
+  if (name == "." || name == "..") bad("'.' and '..' read as directories; choose another name");
+  if (!name.empty() && name[0] == '-')
+    bad("a name starting with '-' reads as an option; start with a letter, digit, '_' or '.'");
+}
+
+void check_attributes(const std::string& queue, const Attributes& attributes) {
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorKind::InvalidData, fmt::format("queue {}: {}", queue, why));
+  };
+  if (attributes.size() > kMaxAttributes)
+    bad(fmt::format("{}, at most {}", plural(attributes.size(), "attribute"), kMaxAttributes));
+  std::set<std::string_view> seen;
+  for (const auto& [key, value] : attributes) {
+    if (key.empty() || key.size() > kMaxAttributeKey)
+      bad(fmt::format("attribute key '{}': must be 1 to {} bytes", key, kMaxAttributeKey));
+    if (!is_utf8(key)) bad(fmt::format("attribute key '{}': not UTF-8 text", key));
+    if (!is_utf8(value))
+      bad(fmt::format("attribute {}: the value is not UTF-8 text (put binary data in the body)",
+                      key));
+    if (!seen.insert(key).second) bad(fmt::format("attribute {}: given twice", key));
+  }
+}
+
+Attributes last_value_wins(Attributes attributes) {
+  Attributes out;
+  std::map<std::string, std::size_t> index;
+  for (auto& [key, value] : attributes) {
+    auto [at, fresh] = index.emplace(key, out.size());
+    if (fresh) out.emplace_back(std::move(key), std::move(value));
+    else out[at->second].second = std::move(value);
+  }
+  return out;
+}
+
+std::string plural(std::uint64_t n, const std::string& noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
 }
 
 const char* to_string(MessageState state) {

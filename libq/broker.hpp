@@ -30,6 +30,11 @@ constexpr std::uint32_t kMaxMaxSize = 256u * 1024 * 1024;
 constexpr std::size_t kMaxIdempotencyKey = 256;
 constexpr std::size_t kMaxGroupId = 128;
 constexpr double kMaxRate = 1e6;
+// Far beyond any queue; keeps the depth a positive number in JSON.
+constexpr std::uint64_t kMaxMaxDepth = 1'000'000'000'000'000;
+// The slowest rate other than 0 (no limit): one start a year. Below it the
+// interval between starts (1/rate) would not fit the clock's numbers.
+constexpr double kMinRate = 1.0 / (365.0 * 24 * 3600);
 
 struct QueueConfig {
   Millis visibility_timeout = 30 * kSecond;
@@ -272,6 +277,25 @@ class Broker {
 
 // Queue names: 1 to 80 of letters, digits, '-', '_' and '.'.
 bool is_valid_queue_name(const std::string& name);
+// A queue being created must also not be "." or ".." (they read as paths) nor
+// start with '-' (it reads as an option: `for q in $(q list)` breaks). Queues
+// of older files with such names stay usable; only new ones are refused.
+// Throws Error(Usage) saying why.
+void check_new_queue_name(const std::string& name);
+
+// Attributes a message may carry: at most kMaxAttributes, keys 1 to
+// kMaxAttributeKey bytes, keys and values valid UTF-8 (they are text in JSON
+// and in `q work`'s environment), each key once. Throws Error(InvalidData)
+// naming the queue and the attribute.
+void check_attributes(const std::string& queue, const Attributes& attributes);
+
+// Attributes with each key once, the last value given winning, in the order
+// the keys first appeared: how `send --attr`, `import` and old files with a
+// repeated key are read.
+Attributes last_value_wins(Attributes attributes);
+
+// "1 message", "2 messages": a count with its noun.
+std::string plural(std::uint64_t n, const std::string& noun);
 
 // Full jitter: uniform in [0, min(cap, base * 2^(receive_count-1))], from a
 // uniform random `unit` in [0, 1).

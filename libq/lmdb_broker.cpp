@@ -591,6 +591,7 @@ class LmdbBroker final : public Broker {
       return false;
     }
     QueueRecord rec;
+    check_new_queue_name(queue);
     rec.qid = next_qid(txn);
     rec.created_at = clock_->now();
     rec.config = wanted;
@@ -656,6 +657,7 @@ class LmdbBroker final : public Broker {
     if (!existing) {
       if (!options.create_queue) no_such_queue(queue);
       QueueRecord rec;
+      check_new_queue_name(queue);
       rec.qid = next_qid(txn);
       rec.created_at = clock_->now();
       existing = rec;
@@ -1166,6 +1168,7 @@ class LmdbBroker final : public Broker {
     if (!existing) {
       if (!create_queue) no_such_queue(queue);
       QueueRecord rec;
+      check_new_queue_name(queue);
       rec.qid = next_qid(txn);
       rec.created_at = clock_->now();
       existing = rec;
@@ -1423,6 +1426,7 @@ class LmdbBroker final : public Broker {
   }
 
   void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
+    check_attributes(queue, m.attributes);
     if (m.dedup_id.size() > kMaxDedupId)
       throw Error(ErrorKind::InvalidData,
                   fmt::format("queue {}: --dedup-id is {} bytes, at most {}", queue,
@@ -1577,7 +1581,7 @@ class LmdbBroker final : public Broker {
       if (config.max_receives != 0 && header.receive_count >= config.max_receives) {
         std::string reason =
             header.reason.empty()
-                ? fmt::format("not acknowledged after {} receives", header.receive_count)
+                ? "not acknowledged after " + plural(header.receive_count, "receive")
                 : header.reason;
         view.dead_letter(seq, std::move(header), std::move(reason), group);
         return false;

@@ -1,6 +1,7 @@
 #include "timefmt.hpp"
 
 #include <cctype>
+#include <cstdint>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -34,6 +35,13 @@ bool read_fixed(std::string_view& s, int digits, int& out) {
   return true;
 }
 
+bool is_leap_year(int year) { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
+
+int days_in_month(int year, int month) {
+  static const int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && is_leap_year(year) ? 29 : kDays[month - 1];
+}
+
 bool read_char(std::string_view& s, char c) {
   if (s.empty() || std::toupper(static_cast<unsigned char>(s[0])) != c) return false;
   s.remove_prefix(1);
@@ -53,6 +61,9 @@ std::optional<Millis> parse_duration(std::string_view s) {
     return number * kSecond;
   }
   Millis total = 0;
+  // Units must come largest first and once each ("1h30m"): "1h1h" or "30m1h"
+  // is more likely a typo than a sum.
+  Millis previous_unit = INT64_MAX;
   rest = s;
   while (!rest.empty()) {
     if (!read_number(rest, number)) return std::nullopt;
@@ -67,6 +78,8 @@ std::optional<Millis> parse_duration(std::string_view s) {
     } else {
       return std::nullopt;
     }
+    if (unit >= previous_unit) return std::nullopt;
+    previous_unit = unit;
     if (number > kLimit / unit || total > kLimit - number * unit) return std::nullopt;
     total += number * unit;
   }
@@ -100,8 +113,9 @@ std::optional<Millis> parse_time(std::string_view s) {
       !read_char(s, ':') || !read_fixed(s, 2, minute) || !read_char(s, ':') ||
       !read_fixed(s, 2, second))
     return std::nullopt;
-  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 ||
-      second > 60)
+  // timegm rolls impossible fields over (Feb 30 is Mar 2): refuse them here.
+  if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 ||
+      minute > 59 || second > 60)
     return std::nullopt;
   Millis fraction = 0;
   if (!s.empty() && s[0] == '.') {
@@ -123,6 +137,7 @@ std::optional<Millis> parse_time(std::string_view s) {
     s.remove_prefix(1);
     int oh, om;
     if (!read_fixed(s, 2, oh) || !read_char(s, ':') || !read_fixed(s, 2, om)) return std::nullopt;
+    if (oh > 23 || om > 59) return std::nullopt;  // RFC 3339: 00-23 and 00-59
     offset = sign * (oh * kHour + om * kMinute);
   } else {
     return std::nullopt;

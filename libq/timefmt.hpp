@@ -10,7 +10,8 @@
 namespace q {
 
 // "500ms", "30s", "5m", "2h", "4d", or a bare number of seconds; combinations
-// such as "1h30m" too. nullopt when malformed or negative.
+// such as "1h30m" too (largest unit first, each unit once). nullopt when
+// malformed or negative.
 std::optional<Millis> parse_duration(std::string_view text);
 // The shortest exact spelling: 1500 -> "1500ms", 90000 -> "90s", 300000 -> "5m".
 std::string format_duration(Millis duration);

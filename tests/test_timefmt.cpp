@@ -63,3 +63,25 @@ TEST(Utf8, PrefixAndSuffixNeverSplitACharacter) {
   // Bytes that are not UTF-8 are cut where the budget says.
   EXPECT_EQ(q::utf8_prefix("\xff\xff\xff\xff", 2).size(), 2u);
 }
+
+// Issue 12 break 13: a unit given twice ("1h1h") was added up; units out of
+// order ("30m1h") are as suspicious and refused too.
+TEST(Duration, RefusesRepeatedOrUnorderedUnits) {
+  for (const char* bad : {"1h1h", "5s5s", "1m1m", "30m1h", "1s1d", "500ms1s", "1d1d"})
+    EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+  EXPECT_EQ(parse_duration("1d2h3m4s5ms"), kDay + 2 * kHour + 3 * kMinute + 4 * kSecond + 5);
+}
+
+// Issue 12 break 13: impossible dates and offsets were rolled over by timegm.
+TEST(Time, RefusesImpossibleDatesAndOffsets) {
+  for (const char* bad : {"2026-02-30T00:00:00Z", "2026-02-29T00:00:00Z", "2026-04-31T00:00:00Z",
+                          "1900-02-29T00:00:00Z", "2026-01-01T00:00:00+25:00",
+                          "2026-01-01T00:00:00-24:00", "2026-01-01T00:00:00+01:60",
+                          "2026-01-01T00:00:00+99:99", "2026-00-10T00:00:00Z",
+                          "2026-01-00T00:00:00Z"})
+    EXPECT_FALSE(parse_time(bad).has_value()) << bad;
+  EXPECT_TRUE(parse_time("2028-02-29T00:00:00Z").has_value());  // leap year
+  EXPECT_TRUE(parse_time("2000-02-29T00:00:00Z").has_value());  // 400-year leap
+  EXPECT_EQ(parse_time("2026-01-01T00:00:00+23:59"), parse_time("2025-12-31T00:01:00Z"));
+  EXPECT_EQ(parse_time("2026-01-31T00:00:00Z").value() + kDay, parse_time("2026-02-01T00:00:00Z"));
+}

@@ -101,7 +101,7 @@ assert_exit 65 "$Q" redrive mail --id not-an-id
 
 # dlq purge prints what it removed and keeps live messages.
 assert_exit 0 "$Q" dlq purge mail
-assert_eq "purged 1 dead letters from mail" "$OUT" "dlq purge output"
+assert_eq "purged 1 dead letter from mail" "$OUT" "dlq purge output"
 assert_exit 0 "$Q" dlq list mail
 assert_eq "" "$OUT" "dlq list after purge"
 s=$(stats_json mail)
@@ -136,7 +136,7 @@ assert_exit 0 "$Q" list --json
 assert_eq '["mail","work","zeta"]' "$(jq -cs 'map(.name)' <<<"$OUT")" "list --json"
 assert_exit 0 "$Q" send work w1
 assert_exit 0 "$Q" delete work
-assert_eq "deleted queue work (1 messages, 1 dead letters)" "$OUT" "delete output"
+assert_eq "deleted queue work (1 message, 1 dead letter)" "$OUT" "delete output"
 assert_exit 0 "$Q" list
 assert_eq $'mail\nzeta' "$OUT" "list after delete"
 assert_exit 66 "$Q" stats work

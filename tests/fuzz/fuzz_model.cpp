@@ -337,7 +337,7 @@ class Run {
       if (!m) break;
       if (m_.config.max_receives != 0 && m->receive_count >= m_.config.max_receives) {
         std::string reason = m->reason.empty()
-                                 ? fmt::format("not acknowledged after {} receives", m->receive_count)
+                                 ? "not acknowledged after " + q::plural(m->receive_count, "receive")
                                  : m->reason;
         m_.to_dead(*m, reason);
         continue;
