@@ -1085,7 +1085,10 @@ class LmdbBroker final : public Broker {
                     fmt::format("queue {}: dead letter {} is {} bytes, over the queue's max size "
                                 "of {} bytes; nothing was redriven",
                                 into.name, m.id, m.body.size(), into.rec.config.max_size));
-      check_outgoing(into.name, {m.body, m.attributes, {}, m.group});
+      // Stored attributes keep the form they were accepted in (older files
+      // may hold repeated keys or bytes that are not UTF-8); what would make
+      // the message unrunnable is refused.
+      check_attribute_bytes(into.name, m.attributes);
     }
     if (options.dry_run) return out;
 
@@ -1427,28 +1430,22 @@ class LmdbBroker final : public Broker {
 
   void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
     check_attributes(queue, m.attributes);
+    check_attribute_bytes(queue, m.attributes);
     if (m.dedup_id.size() > kMaxDedupId)
       throw Error(ErrorKind::InvalidData,
                   fmt::format("queue {}: --dedup-id is {} bytes, at most {}", queue,
                               m.dedup_id.size(), kMaxDedupId));
-    if (m.attributes.size() > kMaxAttributes)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("queue {}: {} attributes, at most {}", queue, m.attributes.size(),
-                              kMaxAttributes));
-    std::size_t attribute_bytes = 0;
-    for (const auto& [key, value] : m.attributes) {
-      if (key.empty() || key.size() > kMaxAttributeKey)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("queue {}: attribute key '{}': must be 1 to {} bytes", queue, key,
-                                kMaxAttributeKey));
-      attribute_bytes += key.size() + value.size();
-    }
-    // q work hands attributes to its command as environment variables, and
-    // execve refuses one over 128 KiB (E2BIG): a message must stay runnable.
-    if (attribute_bytes > kMaxAttributeBytes)
+  }
+
+  // q work hands attributes to its command as environment variables, and
+  // execve refuses one over 128 KiB (E2BIG): a message must stay runnable.
+  static void check_attribute_bytes(const std::string& queue, const Attributes& attributes) {
+    std::size_t bytes = 0;
+    for (const auto& [key, value] : attributes) bytes += key.size() + value.size();
+    if (bytes > kMaxAttributeBytes)
       throw Error(ErrorKind::InvalidData,
                   fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}",
-                              queue, attribute_bytes, kMaxAttributeBytes));
+                              queue, bytes, kMaxAttributeBytes));
   }
 
   std::uint32_t next_qid(Txn& txn) {
