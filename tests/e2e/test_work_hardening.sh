@@ -172,9 +172,18 @@ assert_eq 0 $? "q work took the message after the wait: $(cat "$T/lw2.err")"
 # ---- issue 17 §4: the command starts with default signal dispositions and no mask --------
 "$Q" create sig || die "create sig"
 "$Q" send sig one >/dev/null
-# (In the foreground: a background job of a script starts with SIGINT ignored.)
+# q work is started with TERM, INT and CHLD blocked, every other signal at its
+# default (a background job of a script starts with SIGINT and SIGQUIT ignored,
+# which q work rightly passes on) but SIGPIPE and SIGXFSZ, which q ignores itself.
 cat >"$T/blocked.py" <<'EOF'
 import os, signal, sys
+for s in range(1, signal.NSIG):
+    try:
+        signal.signal(s, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
 os.execv(sys.argv[1], sys.argv[1:])
 EOF
