@@ -6,6 +6,10 @@
 #include "input.hpp"
 #include "worker.hpp"
 
+#include <fmt/format.h>
+
+#include "timefmt.hpp"
+
 namespace cli {
 namespace {
 
@@ -19,6 +23,28 @@ struct WorkFlags {
   std::optional<std::uint64_t> max_messages;
   bool exit_when_empty = false, quiet = false;
 };
+
+q::Error bad_flag(const std::string& text) { return q::Error(q::ErrorKind::Usage, text); }
+
+// Every flag is checked here, before the queue file is opened: a value that
+// would fail only at the first message (hours later, under a service manager
+// that then leaves the unit down) is refused at once.
+void validate(const WorkOptions& o) {
+  if (o.timeout && *o.timeout <= 0)
+    throw bad_flag("--timeout 0s: must be more than 0 (leave it out for no time limit)");
+  if (o.visibility_timeout &&
+      (*o.visibility_timeout < kMinWorkVisibility || *o.visibility_timeout > q::kMaxVisibilityTimeout))
+    throw bad_flag(fmt::format(
+        "--visibility-timeout {}: must be between {} (the heartbeat extends the lease every "
+        "third of it) and 12h",
+        q::format_duration(*o.visibility_timeout), q::format_duration(kMinWorkVisibility)));
+  if (o.idempotency_window &&
+      (*o.idempotency_window < q::kSecond || *o.idempotency_window > 365 * 24 * q::kHour))
+    throw bad_flag(fmt::format("--idempotency-window {}: must be between 1s and 365d",
+                               q::format_duration(*o.idempotency_window)));
+  if (o.max_messages && *o.max_messages == 0)
+    throw bad_flag("--max-messages 0: must be at least 1");
+}
 
 void run_work(const WorkFlags& f, Context& ctx) {
   WorkOptions o;
@@ -38,6 +64,7 @@ void run_work(const WorkFlags& f, Context& ctx) {
   o.exit_when_empty = f.exit_when_empty;
   o.max_messages = f.max_messages;
   o.quiet = f.quiet;
+  validate(o);
   auto broker = ctx.open();
   ctx.exit = run_worker(*broker, o);
 }
@@ -59,19 +86,19 @@ void add_work(CLI::App& app, Context& ctx) {
       ->type_name("N")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--timeout", f->timeout,
-                  "SIGTERM a command still running after DUR (SIGKILL after --kill-after); "
-                  "counts as a failure")
+                  "SIGTERM a command still running DUR after its start (SIGKILL after "
+                  "--kill-after); counts as a failure")
       ->type_name("DUR");
-  cmd->add_option("--kill-after", f->kill_after, "SIGKILL this long after a timeout's SIGTERM "
-                                                 "(default 5s)")
+  cmd->add_option("--kill-after", f->kill_after, "SIGKILL this long after the SIGTERM of a "
+                                                 "timeout or a stop (default 5s)")
       ->type_name("DUR");
   cmd->add_option("--backoff-base", f->backoff_base, "First retry delay ceiling (default 1s)")
       ->type_name("DUR");
   cmd->add_option("--backoff-cap", f->backoff_cap, "Largest retry delay (default 15m)")
       ->type_name("DUR");
   cmd->add_option("--visibility-timeout", f->visibility_timeout,
-                  "Lease length, renewed by a heartbeat every third of it (default: the "
-                  "queue's)")
+                  "Lease length, 1s to 12h, renewed by a heartbeat every third of it (default: "
+                  "the queue's)")
       ->type_name("DUR");
   cmd->add_option("--rate", f->rate,
                   "Start at most this many commands per second in this process (the queue's "
@@ -85,8 +112,8 @@ void add_work(CLI::App& app, Context& ctx) {
                   "How long a done key is remembered (default: the queue's retention)")
       ->type_name("DUR");
   cmd->add_option("--grace", f->grace,
-                  "On SIGTERM/SIGINT, let running commands finish this long, then release "
-                  "them (default 30s)")
+                  "On SIGTERM/SIGINT, let running commands finish this long, then stop them "
+                  "and release each message once its command has exited (default 30s)")
       ->type_name("DUR");
   cmd->add_flag("--exit-when-empty", f->exit_when_empty,
                 "Exit once nothing is visible and nothing runs (for cron)");

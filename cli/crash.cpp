@@ -1,10 +1,13 @@
 #include "crash.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "context.hpp"
@@ -22,7 +25,11 @@ Prepared g_fault, g_stuck, g_abort;
 // The handler must run even when the stack itself is what overflowed.
 alignas(16) char g_alternate_stack[64 * 1024];
 
-constexpr int kStuckTicks = 2;  // seconds of CPU inside one LMDB call
+// Seconds of CPU inside one LMDB call without any sign of progress.
+constexpr int kStuckTicks = 2;
+
+// /proc/self/io, opened in advance (-1 without /proc).
+int g_proc_io = -1;
 
 void say_and_exit(const Prepared& message) {
   ssize_t ignored = ::write(STDERR_FILENO, message.text, message.length);
@@ -44,17 +51,59 @@ void on_abort(int signo) {
   raise(signo);
 }
 
-// Every second of CPU time: no LMDB call takes seconds of CPU on a sound file.
+// The sum of the numbers in the write lines of /proc/self/io (wchar, syscw:
+// bytes and calls of write-like system calls, tmpfs included); 0 without it.
+// Only the write side: this very read counts as a read. Async-signal-safe.
+unsigned long long written_so_far() {
+  if (g_proc_io < 0) return 0;
+  char text[512];
+  ssize_t n = ::pread(g_proc_io, text, sizeof text - 1, 0);
+  if (n <= 0) return 0;
+  unsigned long long sum = 0, value = 0;
+  bool write_line = false, at_line_start = true;
+  for (ssize_t i = 0; i < n; ++i) {
+    char c = text[i];
+    if (at_line_start) write_line = c == 'w' || (c == 's' && i + 4 < n && text[i + 4] == 'w');
+    at_line_start = c == '\n';
+    if (!write_line) continue;
+    if (c >= '0' && c <= '9') value = value * 10 + static_cast<unsigned>(c - '0');
+    else if (c == '\n') sum += value, value = 0;
+  }
+  return sum;
+}
+
+// A figure that grows whenever the process makes visible progress: memory
+// newly touched (page faults), blocks read or written, waits for the disk
+// (voluntary context switches) and bytes written. A commit of a huge
+// transaction does all of these as it goes, for as long as it takes; LMDB
+// looping inside one lookup on a damaged page does none of them.
+unsigned long long progress() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<unsigned long long>(usage.ru_minflt + usage.ru_majflt + usage.ru_inblock +
+                                         usage.ru_oublock + usage.ru_nvcsw) +
+         written_so_far();
+}
+
+// Every second of CPU time: a call that spends seconds of CPU inside LMDB
+// without any progress at all is looping. CPU time alone is no sign: a
+// legitimate commit of a huge transaction can take many seconds of it on a
+// loaded machine.
 void on_cpu_tick(int) {
+  int saved = errno;
   static unsigned long last_calls = 0;
-  static int ticks_in_one_call = 0;
+  static unsigned long long last_progress = 0;
+  static int idle_ticks_in_one_call = 0;
   const auto& activity = q::store::g_lmdb_activity;
-  if (activity.inside && activity.calls == last_calls) {
-    if (++ticks_in_one_call >= kStuckTicks) say_and_exit(g_stuck);
+  const unsigned long long now = progress();
+  if (activity.inside && activity.calls == last_calls && now == last_progress) {
+    if (++idle_ticks_in_one_call >= kStuckTicks) say_and_exit(g_stuck);
   } else {
-    ticks_in_one_call = 0;
+    idle_ticks_in_one_call = 0;
   }
   last_calls = activity.calls;
+  last_progress = now;
+  errno = saved;
 }
 
 void prepare(Prepared& message, const char* format, const std::string& path) {
@@ -85,8 +134,10 @@ void report_crashes_as_damage(const std::string& queue_file) {
           "verifies clean, this is a bug in q\n",
           path);
   prepare(g_stuck,
-          "q: %s: LMDB ran for seconds inside one lookup without finishing: the queue file is "
-          "damaged; 'q -f %s verify' checks it; restore it from a backup\n",
+          "q: %s: stopped: LMDB spent seconds of CPU inside one call without any progress (no "
+          "memory touched, nothing written), the endless loop a damaged page can cause; 'q -f "
+          "%s verify' checks the file (restore it from a backup only if it reports damage); if "
+          "it verifies clean, this is a bug in q\n",
           path);
 
   stack_t alternate{};
@@ -98,6 +149,7 @@ void report_crashes_as_damage(const std::string& queue_file) {
   handle(SIGABRT, on_abort, SA_ONSTACK);
   // CPU time, not wall time: waiting (for the lock, the disk, a message)
   // never counts. SA_RESTART: the tick must not interrupt q's own I/O.
+  g_proc_io = ::open("/proc/self/io", O_RDONLY | O_CLOEXEC);
   handle(SIGPROF, on_cpu_tick, SA_RESTART);
   struct itimerval every_second {};
   every_second.it_interval.tv_sec = 1;

@@ -17,6 +17,7 @@
 #include <deque>
 #include <dirent.h>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -54,7 +55,56 @@ void install_signals() {
   sigaction(SIGINT, &sa, nullptr);
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, nullptr);
+  // Started with them blocked (a parent's mask is inherited): q work could
+  // never be stopped, nor see its commands end.
+  sigset_t ours;
+  sigemptyset(&ours);
+  sigaddset(&ours, SIGTERM);
+  sigaddset(&ours, SIGINT);
+  sigaddset(&ours, SIGCHLD);
+  sigprocmask(SIG_UNBLOCK, &ours, nullptr);
 }
+
+// In the child, before exec: every signal q work handles (or ignores on its
+// own account: SIGPIPE, SIGXFSZ) back to its default, then an empty mask, so
+// a signal that arrived since the fork (blocked until now) takes its default
+// action instead of running q work's handler in the child and being lost.
+// Signals ignored by whoever started q work stay ignored (nohup). Only
+// async-signal-safe calls.
+void reset_signals_in_child() {
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo == SIGKILL || signo == SIGSTOP) continue;
+    struct sigaction current {};
+    if (sigaction(signo, nullptr, &current) != 0) continue;  // glibc's own signals
+    bool ours = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+    if (ours || signo == SIGPIPE || signo == SIGXFSZ) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(signo, &dfl, nullptr);
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Blocks every signal from before a fork until the parent's side is done,
+// so that none reaches the child before reset_signals_in_child.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved_);
+  }
+  ~SignalsBlocked() { sigprocmask(SIG_SETMASK, &saved_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t saved_;
+};
 
 void drain_wake_pipe() {
   char buf[256];
@@ -144,24 +194,38 @@ struct Job {
   pid_t pid = -1;
   int stderr_fd = -1;
   std::string stderr_tail;
-  Millis started = 0;
+  Millis started = 0;           // at the fork
   Millis next_heartbeat = 0;
   Millis deadline = INT64_MAX;  // --timeout: SIGTERM
-  Millis kill_at = INT64_MAX;   // SIGKILL after the SIGTERM
+  Millis kill_at = INT64_MAX;   // SIGKILL after a SIGTERM (timeout or stop)
   bool timed_out = false;
+  bool stopped = false;         // SIGTERM after --grace: release once it has exited
   bool lease_lost = false;
+  int exec_errno = 0;           // the command could not be run at all
+  bool skip = false;            // an idempotent repeat: ack without running
+  int status = 0;               // wait status, once exited
 };
+
 
 class Worker {
  public:
   Worker(q::Broker& broker, const WorkOptions& options)
       : broker_(broker), o_(options), local_rate_(options.rate) {
+    progress_ = !o_.quiet && isatty(STDERR_FILENO);
     auto config = broker_.configure(o_.queue, {});
     visibility_ = o_.visibility_timeout.value_or(config.visibility_timeout);
+    if (visibility_ < kMinWorkVisibility) {
+      // Only the queue's own setting can be this short (the flag is checked):
+      // q work cannot refuse to consume the queue, so it leases longer.
+      note(fmt::format("queue {}: its visibility timeout {} is too short for a heartbeat; "
+                       "leasing messages for {} instead",
+                       o_.queue, q::format_duration(visibility_),
+                       q::format_duration(kMinWorkVisibility)));
+      visibility_ = kMinWorkVisibility;
+    }
     idempotency_window_ = o_.idempotency_window.value_or(config.retention);
     // Extend well before the lease runs out: at a third of it.
     heartbeat_every_ = std::max<Millis>(visibility_ / 3, 100);
-    progress_ = !o_.quiet && isatty(STDERR_FILENO);
     program_ = find_program(o_.command.at(0));
   }
 
@@ -175,15 +239,13 @@ class Worker {
       handle_signals(now);
       if (stop_now_) break;
       reap_children();
+      settle_exited();
       beat_and_time_out(now);
-      if (stopping_ && jobs_.empty()) break;
-      if (stopping_ && now >= stop_deadline_) {
-        release_unfinished();
-        break;
-      }
+      if (stopping_ && busy() == 0) break;
+      if (stopping_ && now >= stop_deadline_) stop_unfinished(now);
       bool took = take_messages(now);
-      if (!took && o_.exit_when_empty && jobs_.empty() && !queue_has_visible()) break;
-      if (max_reached() && jobs_.empty()) break;
+      if (!took && o_.exit_when_empty && busy() == 0 && !queue_has_visible()) break;
+      if (max_reached() && busy() == 0) break;
       if (took) continue;  // there may be more right away
       draw_progress(now, false);
       wait_for_events(now);
@@ -196,13 +258,45 @@ class Worker {
   }
 
  private:
+  // Commands running, and commands ended whose outcome is not yet recorded.
+  std::size_t busy() const { return jobs_.size() + exited_.size(); }
+
+  // ---- the writer lock ----------------------------------------------------------
+  // Another process may hold the writer lock longer than --lock-timeout (a huge
+  // send, a stopped q). q work is long-running: it never gives up its
+  // commands over it. An operation that met a busy lock is tried again on a
+  // later turn of the loop, which meanwhile reaps, times out and stops
+  // commands as usual; the wait is reported on stderr.
+
+  // Runs `op` (a write); false if the writer lock was busy.
+  template <class Op>
+  bool with_lock(Op&& op) {
+    const Millis began = steady_now();
+    try {
+      op();
+    } catch (const q::Error& e) {
+      if (e.kind() != q::ErrorKind::Busy) throw;
+      Millis now = steady_now();
+      if (lock_wait_since_ == 0) lock_wait_since_ = began;
+      note(fmt::format("{}; still waiting for it ({} so far), running commands go on",
+                       e.what(), q::format_duration((now - lock_wait_since_) / 100 * 100)));
+      return false;
+    }
+    if (lock_wait_since_ != 0) {
+      note(fmt::format("got the writer lock after {}",
+                       q::format_duration((steady_now() - lock_wait_since_) / 100 * 100)));
+      lock_wait_since_ = 0;
+    }
+    return true;
+  }
+
   // ---- taking work ------------------------------------------------------------
 
   bool max_reached() const { return o_.max_messages && taken_ >= *o_.max_messages; }
 
   std::uint64_t capacity(Millis now) const {
-    if (stopping_ || max_reached()) return 0;
-    std::uint64_t n = o_.concurrency - jobs_.size();
+    if (stopping_ || max_reached() || busy() >= o_.concurrency) return 0;
+    std::uint64_t n = o_.concurrency - busy();
     if (o_.max_messages) n = std::min(n, *o_.max_messages - taken_);
     return std::min(n, local_rate_.allows(now));
   }
@@ -218,19 +312,44 @@ class Worker {
     options.visibility_timeout = visibility_;
     options.rate_limited = true;
     options.one_per_group = true;  // FIFO: never two messages of one group at once
-    auto messages = broker_.receive(o_.queue, options);
+    std::vector<q::Message> messages;
+    if (!with_lock([&] { messages = broker_.receive(o_.queue, options); })) return false;
     for (auto& m : messages) {
+      if (adopt_redelivery(m)) continue;
       ++taken_;
       local_rate_.take(now);
       std::string key = idempotency_key(m);
       if (!key.empty() && broker_.is_done(o_.queue, key)) {
-        broker_.ack(o_.queue, {m.receipt});
-        ++skipped_;
+        Job skipped;
+        skipped.message = std::move(m);
+        skipped.skip = true;
+        exited_.push_back(std::move(skipped));
         continue;
       }
       start(std::move(m), std::move(key), now);
     }
+    settle_exited();
     return !messages.empty();
+  }
+
+  // A message this runner still runs (or has yet to settle) came back: its
+  // lease ran out before a heartbeat could extend it (the writer lock was held
+  // too long, or q work was stopped). The running command keeps it under the
+  // new receipt; it is never started a second time.
+  bool adopt_redelivery(const q::Message& m) {
+    auto adopt = [&](Job& job) {
+      note(fmt::format("message {}: its lease ran out while its command ran; this runner "
+                       "took it again and keeps the one run (raise --visibility-timeout?)",
+                       m.id));
+      job.message.receipt = m.receipt;
+      job.message.receive_count = m.receive_count;
+      job.lease_lost = false;
+    };
+    for (auto& [pid, job] : jobs_)
+      if (job.message.id == m.id) return adopt(job), true;
+    for (auto& job : exited_)
+      if (job.message.id == m.id) return adopt(job), true;
+    return false;
   }
 
   // Only with --idempotency-key ATTR: the attribute's value, or the dedup id
@@ -251,20 +370,39 @@ class Worker {
 
   // ---- running a command --------------------------------------------------------
 
+  // q work's environment, each name once: the variables q work sets replace
+  // inherited ones of the same name (getenv reads the first), inherited
+  // Q_ATTR_* go (only this message's attributes), and of attribute keys that
+  // map to one name the last one wins.
   std::vector<std::string> environment(const q::Message& m) const {
     std::vector<std::string> env;
+    std::map<std::string, std::size_t, std::less<>> at;  // name -> index in env
+    auto set = [&](const std::string& name, const std::string& value) {
+      auto [it, fresh] = at.emplace(name, env.size());
+      if (fresh)
+        env.push_back(name + "=" + value);
+      else
+        env[it->second] = name + "=" + value;
+    };
+    static const std::set<std::string_view> ours = {"Q_QUEUE",     "Q_FILE",
+                                                    "Q_MESSAGE_ID", "Q_RECEIPT",
+                                                    "Q_RECEIVE_COUNT", "Q_SENT_AT"};
     for (char** e = environ; *e; ++e) {
       std::string_view var(*e);
-      if (var.substr(0, 7) == "Q_ATTR_") continue;  // only this message's attributes
-      env.emplace_back(var);
+      auto eq = var.find('=');
+      if (eq == std::string_view::npos) continue;
+      std::string_view name = var.substr(0, eq);
+      if (name.substr(0, 7) == "Q_ATTR_" || ours.count(name)) continue;
+      if (at.count(name)) continue;  // a name twice in q work's own: the first, as getenv
+      set(std::string(name), std::string(var.substr(eq + 1)));
     }
-    env.push_back("Q_QUEUE=" + o_.queue);
-    env.push_back("Q_FILE=" + o_.queue_file);
-    env.push_back("Q_MESSAGE_ID=" + m.id);
-    env.push_back("Q_RECEIPT=" + m.receipt);
-    env.push_back(fmt::format("Q_RECEIVE_COUNT={}", m.receive_count));
-    env.push_back("Q_SENT_AT=" + q::format_time(m.sent_at));
-    for (const auto& [k, v] : m.attributes) env.push_back(attribute_variable(k) + "=" + v);
+    set("Q_QUEUE", o_.queue);
+    set("Q_FILE", o_.queue_file);
+    set("Q_MESSAGE_ID", m.id);
+    set("Q_RECEIPT", m.receipt);
+    set("Q_RECEIVE_COUNT", std::to_string(m.receive_count));
+    set("Q_SENT_AT", q::format_time(m.sent_at));
+    for (const auto& [k, v] : m.attributes) set(attribute_variable(k), v);
     return env;
   }
 
@@ -272,8 +410,8 @@ class Worker {
     // The body goes through a memory file, so a command that never reads its
     // stdin cannot block us.
     int body_fd = memfd_create("q-body", MFD_CLOEXEC);
-    int err_pipe[2];
-    if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
+    int err_pipe[2], exec_pipe[2];
+    if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
       throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
     std::size_t done = 0;
     while (done < m.body.size()) {
@@ -294,37 +432,57 @@ class Worker {
     envp.push_back(nullptr);
     pid_t parent = getpid();
 
-    pid_t pid = fork();
+    pid_t pid;
+    {
+      SignalsBlocked blocked;
+      pid = fork();
+      if (pid == 0) {
+        // Only async-signal-safe calls until exec; no LMDB here.
+        setpgid(0, 0);  // our own group: a terminal's Ctrl-C is for q work to handle
+        prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
+        if (getppid() != parent) _exit(127);
+        reset_signals_in_child();
+        dup2(body_fd, STDIN_FILENO);
+        dup2(err_pipe[1], STDERR_FILENO);
+        execve(argv[0], argv.data(), envp.data());
+        // Tell the parent why (the pipe closes unread on a successful exec).
+        int why = errno;
+        [[maybe_unused]] auto n = ::write(exec_pipe[1], &why, sizeof why);
+        _exit(why == ENOENT ? 127 : 126);
+      }
+    }
     if (pid < 0)
       throw q::Error(q::ErrorKind::Io, fmt::format("cannot fork: {}", std::strerror(errno)));
-    if (pid == 0) {
-      // Only async-signal-safe calls until exec; no LMDB here.
-      setpgid(0, 0);  // our own group: a terminal's Ctrl-C is for q work to handle
-      prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
-      if (getppid() != parent) _exit(127);
-      signal(SIGXFSZ, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      dup2(body_fd, STDIN_FILENO);
-      dup2(err_pipe[1], STDERR_FILENO);
-      execve(argv[0], argv.data(), envp.data());
-      const char* msg = "q work: cannot run command\n";
-      [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
-      _exit(errno == ENOENT ? 127 : 126);
-    }
+    Millis forked = steady_now();
     setpgid(pid, pid);
     ::close(body_fd);
     ::close(err_pipe[1]);
+    ::close(exec_pipe[1]);
     fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
 
     Job job;
+    job.exec_errno = exec_result(exec_pipe[0]);
+    ::close(exec_pipe[0]);
     job.message = std::move(m);
     job.key = std::move(key);
     job.pid = pid;
     job.stderr_fd = err_pipe[0];
-    job.started = now;
-    job.next_heartbeat = now + heartbeat_every_;
-    if (o_.timeout) job.deadline = now + *o_.timeout;
+    job.started = forked;
+    job.next_heartbeat = now + heartbeat_every_;  // the lease counts from the receive
+    // The timeout counts from the fork: not from before a wait for the lock.
+    if (o_.timeout) job.deadline = forked + *o_.timeout;
     jobs_.emplace(pid, std::move(job));
+  }
+
+  // Waits for the exec (the pipe closes) or its failure (the errno arrives);
+  // the child does nothing that can block before either.
+  static int exec_result(int fd) {
+    int why = 0;
+    for (;;) {
+      ssize_t n = ::read(fd, &why, sizeof why);
+      if (n < 0 && errno == EINTR) continue;
+      return n == static_cast<ssize_t>(sizeof why) ? why : 0;
+    }
   }
 
   void read_stderr(Job& job) {
@@ -348,10 +506,8 @@ class Worker {
 
   // ---- outcomes -----------------------------------------------------------------------
 
-  // Settles every command that has ended; plain acks of commands that ended
-  // together share one transaction.
+  // Moves every command that has ended to exited_, to be settled.
   void reap_children() {
-    std::vector<std::string> acks;
     for (;;) {
       int status = 0;
       pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -361,16 +517,43 @@ class Worker {
       Job& job = it->second;
       if (job.stderr_fd >= 0) read_stderr(job);
       if (job.stderr_fd >= 0) ::close(job.stderr_fd);
-      if (!job.timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0 && job.key.empty())
-        acks.push_back(job.message.receipt);
-      else
-        finish(job, status);
+      job.stderr_fd = -1;
+      job.status = status;
+      exited_.push_back(std::move(job));
       jobs_.erase(it);
     }
-    if (acks.empty()) return;
-    for (const auto& result : broker_.ack(o_.queue, acks))
-      if (result.outcome != q::ReceiptOutcome::Done) lease_lost_at_ack(result.receipt);
-    done_ += acks.size();
+  }
+
+  static bool plain_success(const Job& job) {
+    return !job.timed_out && !job.stopped && job.exec_errno == 0 && WIFEXITED(job.status) &&
+           WEXITSTATUS(job.status) == 0 && job.key.empty();
+  }
+
+  // Records the outcome of every ended command (and acks idempotent repeats):
+  // plain acks share one transaction. What meets a busy writer lock stays in
+  // exited_ for the next turn.
+  void settle_exited() {
+    if (exited_.empty()) return;
+    std::vector<std::string> acks;
+    for (const auto& job : exited_)
+      if (job.skip || plain_success(job)) acks.push_back(job.message.receipt);
+    if (!acks.empty()) {
+      std::vector<q::ReceiptResult> results;
+      if (!with_lock([&] { results = broker_.ack(o_.queue, acks); })) return;
+      for (const auto& result : results)
+        if (result.outcome != q::ReceiptOutcome::Done) lease_lost_at_ack(result.receipt);
+      for (const auto& job : exited_) {
+        if (job.skip) ++skipped_;
+        else if (plain_success(job)) ++done_;
+      }
+      exited_.erase(std::remove_if(exited_.begin(), exited_.end(),
+                                   [](const Job& job) { return job.skip || plain_success(job); }),
+                    exited_.end());
+    }
+    while (!exited_.empty()) {
+      if (!with_lock([&] { finish(exited_.front()); })) return;
+      exited_.pop_front();
+    }
   }
 
   void lease_lost_at_ack(const std::string& receipt) const {
@@ -399,11 +582,26 @@ class Worker {
     return text;
   }
 
-  void finish(Job& job, int status) {
+  std::string cannot_run(int why) const {
+    std::string text = fmt::format("cannot run {}: {}", program_, std::strerror(why));
+    if (why == E2BIG)
+      text += " (the message's attributes and q work's environment exceed the system's "
+              "limit for a command's arguments and environment)";
+    return text;
+  }
+
+  // One ended command's outcome; throws q::Error Busy (the caller tries again
+  // later: nothing was recorded or counted).
+  void finish(const Job& job) {
+    const int status = job.status;
     std::string what;
     bool success = false, bad_message = false;
-    if (job.timed_out) {
+    if (job.stopped) {
+      what = fmt::format("q work stopped after {} grace", q::format_duration(o_.grace));
+    } else if (job.timed_out) {
       what = fmt::format("timed out after {}", q::format_duration(*o_.timeout));
+    } else if (job.exec_errno != 0) {
+      what = cannot_run(job.exec_errno);
     } else if (WIFEXITED(status)) {
       int code = WEXITSTATUS(status);
       success = code == 0;
@@ -416,7 +614,14 @@ class Worker {
     std::string reason = tail.empty() ? what : what + ": " + tail;
     const auto& m = job.message;
     try {
-      if (success) {
+      if (job.stopped) {
+        // Released only now that its command has exited: no second run can
+        // overlap this one.
+        q::NackOptions nack;
+        nack.reason = what;
+        broker_.nack(o_.queue, m.receipt, nack);
+        ++released_;
+      } else if (success) {
         if (broker_.ack_done(o_.queue, m.receipt, job.key, *idempotency_window_) !=
             q::ReceiptOutcome::Done)
           lease_lost_at_ack(m.receipt);
@@ -438,6 +643,7 @@ class Worker {
       }
     } catch (const q::Error& e) {
       if (e.kind() != q::ErrorKind::Stale) throw;
+      if (job.stopped) return;  // its lease ran out meanwhile: it is back all the same
       ++failed_;
       note(fmt::format("message {}: {} ({})", m.id, e.what(), what));
     }
@@ -454,8 +660,12 @@ class Worker {
         job.deadline = INT64_MAX;
         job.kill_at = now + o_.kill_after;
       }
-      if (now >= job.next_heartbeat && !job.lease_lost) {
-        job.next_heartbeat = now + heartbeat_every_;
+    }
+    // The lease is kept while the command runs, also after a SIGTERM: its
+    // message must not reach another consumer before the command has exited.
+    for (auto& [pid, job] : jobs_) {
+      if (now < job.next_heartbeat || job.lease_lost) continue;
+      bool extended = with_lock([&] {
         try {
           broker_.extend(o_.queue, job.message.receipt, visibility_);
         } catch (const q::Error& e) {
@@ -463,7 +673,9 @@ class Worker {
           job.lease_lost = true;
           note(fmt::format("message {}: heartbeat failed: {}", job.message.id, e.what()));
         }
-      }
+      });
+      if (!extended) return;  // the lock is busy for every job alike: next turn
+      job.next_heartbeat = now + heartbeat_every_;
     }
   }
 
@@ -473,7 +685,8 @@ class Worker {
     if (g_stop_signals == 0) return;
     stopped_by_signal_ = true;
     if (g_stop_signals >= 2) {
-      // Stop at once: the messages come back when their leases run out.
+      // Stop at once: the messages come back when their leases run out (a
+      // command may still run: its message is not released under it).
       for (auto& [pid, job] : jobs_) ::kill(-job.pid, SIGTERM);
       stop_now_ = true;
       return;
@@ -487,30 +700,28 @@ class Worker {
     }
   }
 
-  void release_unfinished() {
+  // Past --grace: SIGTERM the commands still running, SIGKILL --kill-after
+  // later; each message is released once its command has exited (settle).
+  void stop_unfinished(Millis now) {
     for (auto& [pid, job] : jobs_) {
+      if (job.stopped) continue;
       ::kill(-job.pid, SIGTERM);
-      q::NackOptions nack;
-      nack.reason = fmt::format("q work stopped after {} grace", q::format_duration(o_.grace));
-      try {
-        broker_.nack(o_.queue, job.message.receipt, nack);
-        ++released_;
-      } catch (const q::Error& e) {
-        if (e.kind() != q::ErrorKind::Stale) throw;
-      }
+      job.stopped = true;
+      job.deadline = INT64_MAX;
+      job.kill_at = std::min(job.kill_at, now + o_.kill_after);
     }
-    jobs_.clear();
   }
 
   // ---- waiting --------------------------------------------------------------------------
 
   void wait_for_events(Millis now) {
     Millis until = now + 1000;  // redraw progress; also covers a missing inotify
-    if (stopping_) until = std::min(until, stop_deadline_);
+    if (stopping_ && stop_deadline_ > now) until = std::min(until, stop_deadline_);
+    if (!exited_.empty()) until = now;  // outcomes to record (the lock was busy)
     for (const auto& [pid, job] : jobs_)
       until = std::min({until, job.next_heartbeat, job.deadline, job.kill_at});
     bool want_messages = capacity(now) > 0 || (local_rate_.limited() && !stopping_ &&
-                                               jobs_.size() < o_.concurrency && !max_reached());
+                                               busy() < o_.concurrency && !max_reached());
     if (want_messages) {
       Millis wall_now = q::SystemClock().now();
       Millis next = broker_.next_delivery(o_.queue, true);
@@ -602,6 +813,8 @@ class Worker {
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
   std::map<pid_t, Job> jobs_;
+  std::deque<Job> exited_;     // ended (or skipped), outcome not yet recorded
+  Millis lock_wait_since_ = 0;  // waiting for the writer lock since (steady), or 0
   bool stopping_ = false, stop_now_ = false, stopped_by_signal_ = false;
   Millis stop_deadline_ = INT64_MAX;
   std::uint64_t taken_ = 0, done_ = 0, failed_ = 0, dead_lettered_ = 0, skipped_ = 0,

@@ -31,6 +31,12 @@ struct WorkOptions {
   bool quiet = false;
 };
 
+// The least --visibility-timeout: the heartbeat extends a lease every third
+// of it, and a lease that runs out between two heartbeats hands a running
+// message to another consumer (or to this one again). A queue whose own
+// visibility timeout is shorter is leased this long by q work, with a note.
+constexpr q::Millis kMinWorkVisibility = 1 * q::kSecond;
+
 // Exit status of `q work` when it ran and at least one message failed (was
 // released for a retry or dead-lettered).
 constexpr int kSomeFailed = 4;

@@ -245,8 +245,11 @@ consumer() {
 work_loop() {
   local w=$1 pid
   while [[ ! -e $STOP ]]; do
-    HANDLER_LOG=$L/work.$w.jsonl "$Q" work "$QUEUE" -j "$WORK_J" -q \
-      --visibility-timeout "${VT_CHOICES[0]}" --backoff-base 100ms --backoff-cap 500ms \
+    # WORK_LOCK_TIMEOUT, WORK_VT: q work's own --lock-timeout and lease;
+    # WORK_QUIET="": its notes too go to work.N.err (storm.sh).
+    HANDLER_LOG=$L/work.$w.jsonl "$Q" ${WORK_LOCK_TIMEOUT:+--lock-timeout "$WORK_LOCK_TIMEOUT"} \
+      work "$QUEUE" -j "$WORK_J" ${WORK_QUIET--q} \
+      --visibility-timeout "${WORK_VT:-${VT_CHOICES[0]}}" --backoff-base 100ms --backoff-cap 500ms \
       --grace 5s -- "$TORTURE_DIR/handler.sh" </dev/null >/dev/null 2>>"$L/work.$w.err" &
     pid=$!
     echo "$pid" >"$T/workpid.$w"

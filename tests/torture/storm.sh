@@ -4,6 +4,11 @@
 # process (or q work's command) every 50-300 ms. Then the load stops, the queue
 # is drained, and the checker proves nothing was lost, invented, or delivered
 # twice at once; the LMDB reader table holds no dead process afterwards.
+# Meanwhile a lock hog takes the writer lock every 1-2 s, the way q does, and
+# holds it for 1 s, longer than q work's --lock-timeout (300 ms) but inside its
+# lease (4 s, a heartbeat every 1.3 s): q work must wait, report the wait and go
+# on (never exit 69); no q work command may run while another delivery of its
+# message runs (checked from the handler's logs).
 #
 #   storm.sh Q [--fault purge|rogue-clock]
 # --fault runs a control: the promise is broken on purpose, and the script then
@@ -28,6 +33,11 @@ PRODUCERS=8
 CONSUMERS=8
 VT_CHOICES=(1s)
 SLOW_MS=800
+# The lock hog (not in the controls, which plant one fault each).
+HOG_MS=1000
+if [[ -z $fault ]]; then
+  export WORK_LOCK_TIMEOUT=300ms WORK_VT=4s WORK_QUIET=""
+fi
 
 assert_exit 0 "$Q" create "$QUEUE" --visibility-timeout 1s --max-receives 50 \
   || die "cannot create the queue"
@@ -36,6 +46,21 @@ assert_exit 0 "$Q" create "$QUEUE" --visibility-timeout 1s --max-receives 50 \
 [[ $fault == rogue-clock ]] && plant_rogue_clock
 
 start_load "$PRODUCERS" "$CONSUMERS" 1
+
+# lock_hog: until the load stops, every 1-2 s take the writer lock as q does
+# (flock(2) LOCK_EX on the queue file itself: libq/lmdb_store.cpp
+# lock_bounded) and hold it HOG_MS.
+lock_hog() {
+  local holds=0
+  while [[ ! -e $STOP ]]; do
+    sleep_ms $((1000 + RANDOM % 1000))
+    [[ -e $STOP ]] && break
+    flock -w 60 "$Q_FILE" sleep "$(printf '%d.%03d' $((HOG_MS / 1000)) $((HOG_MS % 1000)))" &&
+      holds=$((holds + 1))
+  done
+  echo "$holds" >"$T/hog_holds"
+}
+[[ -z $fault ]] && { lock_hog & LOAD_PIDS+=($!); }
 
 rogue() {
   sleep 2
@@ -46,7 +71,8 @@ rogue() {
 
 killer "$SECONDS_STORM" 50 300
 stop_load
-drain 3 2s
+# Longer than any lease (q work's are 4 s with the hog).
+drain 3 "$([[ -z $fault ]] && echo 5s || echo 2s)"
 check_reader_table
 
 if [[ -n $fault ]] && control_checker "$fault"; then
@@ -63,4 +89,47 @@ if [[ -n $fault ]] && control_checker "$fault"; then
 fi
 [[ -n $fault ]] && exit 0
 check
-echo "storm: $(long_or_short long short) mode, ${SECONDS_STORM}s: $(cat "$T/summary.json")"
+
+# The hog: it held the lock, q work waited for it (said so) and never exited
+# 69 (stop_load fails on that), and no q work command ran while another
+# delivery of its message ran. A run counts when its handler logged its end
+# and its q work was not killed before: the lease was q work's to keep.
+holds=$(cat "$T/hog_holds" 2>/dev/null || echo 0)
+((holds > 0)) || fail "the lock hog never held the lock"
+waits=$(cat "$L"/work.*.err 2>/dev/null | grep -c "writer lock")
+((waits > 0)) || fail "q work never reported a wait for the writer lock ($holds holds)"
+python3 - "$L" >"$T/overlaps" <<'EOF' || fail "a q work command ran while another delivery of its message ran: $(head -c 1500 "$T/overlaps")"
+import collections, glob, json, sys
+recs = []
+for path in glob.glob(sys.argv[1] + "/*.jsonl"):
+    for line in open(path, errors="replace"):
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass
+kills = collections.defaultdict(list)
+ends, begins, receives = {}, [], []
+for r in recs:
+    op = r.get("op")
+    if op == "kill": kills[r["pid"]].append(r["t0"])
+    elif op == "work_end": ends[r["receipt"]] = r["t1"]
+    elif op == "work_begin": begins.append(r)
+    elif op == "receive" and r.get("rc") == 0:
+        for m in r.get("out") or []: receives.append((m["id"], r["t0"], r["t1"], r.get("pid")))
+others = collections.defaultdict(list)   # id -> (start, end) of every other delivery
+for b in begins: others[b["id"]].append((b["t0"], b["t0"], b["receipt"]))
+for mid, t0, t1, pid in receives: others[mid].append((t0, t1, None))
+bad = 0
+for b in begins:
+    end = ends.get(b["receipt"])
+    if end is None or any(t <= end for t in kills.get(b["ppid"], []) + kills.get(b["pid"], [])):
+        continue
+    for s, e, receipt in others[b["id"]]:
+        if receipt == b["receipt"]: continue
+        if b["t0"] < s and e < end:
+            bad += 1
+            print(f"{b['id']}: q work (pid {b['ppid']}) ran it from {b['t0']} to {end}; another delivery ran at {s}..{e}")
+print(f"{len(begins)} q work runs checked, {bad} overlapped")
+sys.exit(1 if bad else 0)
+EOF
+echo "storm: $(long_or_short long short) mode, ${SECONDS_STORM}s, lock hog: $holds holds of ${HOG_MS} ms, $waits waits reported by q work, $(tail -1 "$T/overlaps"): $(cat "$T/summary.json")"
