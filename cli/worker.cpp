@@ -23,6 +23,7 @@
 
 #include "error.hpp"
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 extern char** environ;
 
@@ -500,7 +501,8 @@ class Worker {
       clear_progress();
       [[maybe_unused]] auto w = ::write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
       job.stderr_tail.append(buf, static_cast<std::size_t>(n));
-      if (job.stderr_tail.size() > 4096) job.stderr_tail.erase(0, job.stderr_tail.size() - 2048);
+      // Kept by whole characters: the reason is stored, exported and imported as text.
+      if (job.stderr_tail.size() > 4096) job.stderr_tail = std::string(q::utf8_suffix(job.stderr_tail, 2048));
     }
   }
 
@@ -578,7 +580,7 @@ class Worker {
       if (!text.empty()) text.push_back('\n');
       text.append(lines[i]);
     }
-    if (text.size() > 1000) text = "..." + text.substr(text.size() - 1000);
+    if (text.size() > 1000) text = "..." + std::string(q::utf8_suffix(text, 1000));
     return text;
   }
 
@@ -635,7 +637,7 @@ class Worker {
         nack.backoff = true;
         nack.backoff_base = o_.backoff_base;
         nack.backoff_cap = o_.backoff_cap;
-        nack.reason = reason.substr(0, q::kMaxReason);
+        nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
         Millis at = broker_.nack(o_.queue, m.receipt, nack);
         ++failed_;
         note(fmt::format("message {}: failed ({}), retry in {}", m.id, what,
