@@ -131,3 +131,44 @@ rm -f "$Q_FILE"*
 TMPDIR=/nonexistent "$Q" create s >/dev/null || fail "create with TMPDIR=/nonexistent"
 TMPDIR=/nonexistent "$Q" send s one >/dev/null || fail "send with TMPDIR=/nonexistent"
 assert_exit 0 env TMPDIR=/nonexistent "$Q" receive s
+
+# ---- break 15: a long-running q work notices that its file was deleted or replaced ----------
+# wait_exit PID: the exit code of a background job, polling up to 10 s; 124 if still running.
+wait_exit() {
+  local pid=$1 i
+  for ((i = 0; i < 200; i++)); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid"
+      return $?
+    fi
+    sleep 0.05
+  done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 124
+}
+for how in delete replace; do
+  rm -f "$Q_FILE"* "$T/ran"
+  "$Q" create w >/dev/null || die "create"
+  "$Q" work w -q -- sh -c 'cat >>"$1"' sh "$T/ran" 2>"$T/work.err" &
+  worker=$!
+  "$Q" send w first >/dev/null
+  for ((i = 0; i < 200; i++)); do [[ -s $T/ran ]] && break; sleep 0.05; done
+  [[ -s $T/ran ]] || fail "$how: the worker did not run the first message"
+  if [[ $how == delete ]]; then
+    rm -f "$Q_FILE" "$Q_FILE-lock" "$Q_FILE-wake"
+    "$Q" create w >/dev/null || die "create again"
+  else
+    "$Q" -f "$T/new.q" create w >/dev/null || die "create new"
+    mv "$T/new.q" "$Q_FILE"
+  fi
+  "$Q" send w second >/dev/null
+  wait_exit "$worker"
+  rc=$?
+  assert_eq 74 "$rc" "$how: q work exits 74 when its file was ${how}d"
+  err=$(<"$T/work.err")
+  assert_contains "$err" "$Q_FILE: the queue file was ${how}" "$how: q work says why"
+  assert_eq 1 "$(stat -c %s "$T/ran" >/dev/null && grep -c . "$T/ran")" "$how: only the first message ran"
+  assert_eq 1 "$(stat_field w visible)" "$how: the second message waits in the new file"
+  rm -f "$T/new.q"*
+done
