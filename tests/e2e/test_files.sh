@@ -159,7 +159,10 @@ for how in delete replace; do
     rm -f "$Q_FILE" "$Q_FILE-lock" "$Q_FILE-wake"
     "$Q" create w >/dev/null || die "create again"
   else
+    # A restore done right moves the companions with the file: a lock file
+    # shared by two data files mixes their transaction ids (LMDB).
     "$Q" -f "$T/new.q" create w >/dev/null || die "create new"
+    mv "$T/new.q-lock" "$Q_FILE-lock" && mv "$T/new.q-wake" "$Q_FILE-wake"
     mv "$T/new.q" "$Q_FILE"
   fi
   "$Q" send w second >/dev/null
