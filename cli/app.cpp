@@ -147,6 +147,11 @@ int run(int argc, char** argv) {
   // A file size limit must show up as an error (EFBIG), not kill us mid-commit.
   signal(SIGXFSZ, SIG_IGN);
 
+  // What libq wants a user to know, that is no error: one line on stderr.
+  q::store::set_notice_handler([](const std::string& message) {
+    std::cerr << "q: warning: " << message << "\n" << std::flush;
+  });
+
   Context ctx;
   CLI::App app{"q: a durable message queue in one file, for shell scripts and cron jobs.",
                "q"};

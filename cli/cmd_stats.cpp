@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "input.hpp"
+#include "files.hpp"
 #include "output.hpp"
 #include "rates.hpp"
 #include "timefmt.hpp"
@@ -132,8 +133,10 @@ std::string prometheus(const std::vector<q::QueueStats>& all) {
 
 // Replaces FILE at once: a collector never reads half a file.
 void write_atomically(const std::string& path, const std::string& data) {
-  std::string temporary = fmt::format("{}.tmp-{}", path, getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // TARGET.tmp-PID, never through a link; leftovers of killed runs go first.
+  q::files::remove_stale_temps(path);
+  std::string temporary;
+  int fd = q::files::create_temp_beside(path, 0644, temporary);
   auto fail = [&](const char* doing) {
     int err = errno;
     if (fd >= 0) ::close(fd);

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "files.hpp"
 #include "records.hpp"
 
 namespace q::store {
@@ -27,6 +29,8 @@ namespace q::store {
 LmdbActivity g_lmdb_activity;
 
 namespace {
+
+NoticeHandler g_notice = nullptr;
 
 // Marks the extent of one LMDB call that walks pages (see LmdbActivity).
 class InLmdb {
@@ -97,12 +101,7 @@ std::string errno_text(int err) { return std::strerror(err); }
   throw Error(kind, fmt::format("{}: {}: {}", path, doing, errno_text(err)));
 }
 
-std::string parent_dir(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
+using files::parent_dir;
 
 void make_dirs(const std::string& dir) {
   if (dir.empty() || dir == "." || dir == "/") return;
@@ -181,9 +180,9 @@ std::string describe_owner(const struct stat& st) {
   const std::string dir = parent_dir(path);
   const std::string who = fmt::format("uid {} gid {}", geteuid(), getegid());
   const std::string share = fmt::format(
-      "q needs read and write permission on both {} and {}, even to read; to share a queue, "
-      "give its group write permission (chmod g+w) or create it with umask 007",
-      path, lock);
+      "q needs read and write permission on {}, {} and {}-wake, even to read; to share a "
+      "queue, give its group write permission (chmod g+w) or create it with umask 007",
+      path, lock, path);
   struct stat st {};
   for (const std::string* file : {&path, &lock}) {
     if (stat(file->c_str(), &st) != 0) continue;
@@ -210,7 +209,74 @@ MDB_val as_val(std::string_view s) {
   return MDB_val{s.size(), const_cast<char*>(s.data())};
 }
 
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// LMDB opens the data file and FILE-lock by name, following symbolic links,
+// and writes FILE-lock's header when it is the only user. Checking the names
+// first and letting LMDB open them after leaves a window in which a link can
+// be swapped in. So LMDB is given names that cannot be swapped: a private
+// directory (mode 0700, made by mkdtemp) holding links to /proc/self/fd/N of
+// the descriptors q opened and checked itself; opening such a link opens that
+// very file. Where that cannot be had (no /proc, no writable temporary
+// directory), LMDB gets the real names and verify_lmdb_files() checks
+// afterwards which files it opened.
+class PinnedNames {
+ public:
+  PinnedNames(int data_fd, int lock_fd) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && tmp[0] == '/' ? tmp : "/tmp") + "/q-open.XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (!mkdtemp(buffer.data())) return;
+    dir_ = buffer.data();
+    const std::string data = dir_ + "/q";
+    if (!link_to(data_fd, data) || (lock_fd >= 0 && !link_to(lock_fd, data + "-lock"))) {
+      remove();
+      return;
+    }
+    // /proc may be missing, or another process's (a foreign mount).
+    struct stat named {}, ours {};
+    if (stat(data.c_str(), &named) != 0 || fstat(data_fd, &ours) != 0 || !same_file(named, ours)) {
+      remove();
+      return;
+    }
+    data_ = data;
+  }
+  ~PinnedNames() { remove(); }
+  PinnedNames(const PinnedNames&) = delete;
+  PinnedNames& operator=(const PinnedNames&) = delete;
+
+  // The name to give LMDB; empty when pinning is not available.
+  const std::string& data() const { return data_; }
+
+ private:
+  bool link_to(int fd, const std::string& name) {
+    if (symlink(fmt::format("/proc/self/fd/{}", fd).c_str(), name.c_str()) != 0) return false;
+    links_.push_back(name);
+    return true;
+  }
+  void remove() {
+    for (const auto& name : links_) ::unlink(name.c_str());
+    links_.clear();
+    if (!dir_.empty()) ::rmdir(dir_.c_str());
+    dir_.clear();
+  }
+  std::string dir_, data_;
+  std::vector<std::string> links_;
+};
+
+// The start of LMDB 0.9's MDB_env: its descriptors of the data file, the lock
+// file and the data file again (for synced meta writes). mdb_env_get_fd()
+// gives only the first; it is also how this layout is checked before use.
+struct LmdbEnvHead {
+  int data_fd, lock_fd, meta_fd;
+};
+
 }  // namespace
+
+void set_notice_handler(NoticeHandler handler) { g_notice = handler; }
 
 // ---- Env --------------------------------------------------------------------
 
@@ -257,20 +323,48 @@ bool Env::stage() {
     return false;
   }
   staging_ = path + ".creating";
-  ::unlink(staging_.c_str());  // left by a creator that crashed
-  fd_ = ::open(staging_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  remove_stale_staging(dir);
+  // O_EXCL: never through a link; the name is free now.
+  fd_ = ::open(staging_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd_ < 0) {
+    const int err = errno;
+    const std::string staging = staging_;
     staging_.clear();
-    if (errno == EACCES || errno == EPERM) fail_access(path, "cannot create queue file");
-    fail_errno(errno, path, "cannot create queue file");
+    if (err == EEXIST)  // made meanwhile by a process that ignores the directory lock
+      throw Error(ErrorKind::Io, fmt::format("{}: cannot create queue file: {} appeared "
+                                             "meanwhile (another program?)",
+                                             path, staging));
+    if (err == EACCES || err == EPERM) fail_access(path, "cannot create queue file");
+    fail_errno(err, path, "cannot create queue file");
   }
   // Nobody else can see the file yet: no lock file (MDB_NOLOCK), and no sync
   // for the databases' commit, which the first real commit's sync covers.
-  open_lmdb(staging_, MDB_NOLOCK | MDB_NOSYNC);
+  open_lmdb(staging_, -1, MDB_NOLOCK | MDB_NOSYNC);
   init_databases(true);
   if (options_.durable) mdb_env_set_flags(env_, MDB_NOSYNC, 0);
   publish_on_commit_ = true;
   return true;
+}
+
+// FILE.creating exists only while its creator holds the directory lock, which
+// this process holds now: one found here was left by a creator that died.
+// Remove it (unlink removes a link, never what it points to); when this user
+// may not (a sticky directory and another user's leftover), say so, naming it.
+void Env::remove_stale_staging(const std::string& dir) {
+  if (::unlink(staging_.c_str()) == 0 || errno == ENOENT) return;
+  const int err = errno;
+  struct stat st {};
+  const std::string left = lstat(staging_.c_str(), &st) == 0
+                               ? fmt::format(" (owner uid {} gid {})", st.st_uid, st.st_gid)
+                               : std::string();
+  const std::string staging = staging_;
+  staging_.clear();
+  throw Error(err == EACCES || err == EPERM ? ErrorKind::Permission : ErrorKind::Io,
+              fmt::format("{}: cannot create queue file: {} is left over from a create that did "
+                          "not finish{}, and this user cannot remove it ({}{}): ask its owner "
+                          "or root to remove it",
+                          options_.path, staging, left, std::strerror(err),
+                          err == EPERM ? fmt::format("; {} is a sticky directory", dir) : ""));
 }
 
 void Env::publish() {
@@ -311,8 +405,11 @@ void Env::publish() {
 void Env::reopen_if_published() {
   if (!reopen_) return;
   reopen_ = false;
+  bell_.reset();
   if (env_) mdb_env_close(env_);
   env_ = nullptr;
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   attach();
@@ -348,7 +445,15 @@ void Env::attach() {
     if (magic != kLmdbMagic)
       throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
   }
-  open_lmdb(path, 0);
+  // FILE-lock and FILE-wake: never through a link (see files.hpp).
+  const std::string lock = path + "-lock";
+  lock_fd_ = files::open_companion(lock, true, true);
+  if (lock_fd_ < 0) {
+    if (errno == EACCES || errno == EPERM) fail_access(path, "cannot open queue file");
+    fail_errno(errno, lock, "cannot open lock file");
+  }
+  bell_ = Bell::open(path, fd_);
+  open_lmdb(path, lock_fd_, 0);
   if (!fresh) refuse_truncated();
 
   // Readers killed mid-transaction keep their slot (and pin old pages) until
@@ -363,7 +468,7 @@ void Env::attach() {
   init_databases(fresh);
 }
 
-void Env::open_lmdb(const std::string& file, unsigned extra_flags) {
+void Env::open_lmdb(const std::string& file, int lock_fd, unsigned extra_flags) {
   int rc = mdb_env_create(&env_);
   if (rc != 0) fail(rc, "cannot create LMDB environment");
   mdb_env_set_mapsize(env_, kMapSize);
@@ -371,8 +476,37 @@ void Env::open_lmdb(const std::string& file, unsigned extra_flags) {
   mdb_env_set_maxdbs(env_, kMaxDatabases);
   unsigned flags = MDB_NOSUBDIR | MDB_NOTLS | MDB_NORDAHEAD | extra_flags;
   if (!options_.durable) flags |= MDB_NOSYNC;
-  rc = mdb_env_open(env_, file.c_str(), flags, 0666);
+  {
+    PinnedNames pinned(fd_, lock_fd);
+    rc = mdb_env_open(env_, pinned.data().empty() ? file.c_str() : pinned.data().c_str(), flags,
+                      0666);
+  }
   if (rc != 0) fail(rc, "cannot open queue file");
+  verify_lmdb_files(lock_fd);
+}
+
+// LMDB must have opened the very files q checked: with pinned names it has;
+// this is what tells when it got the real names (and a link swapped in).
+void Env::verify_lmdb_files(int lock_fd) {
+  int lmdb_fd = -1;
+  if (mdb_env_get_fd(env_, &lmdb_fd) != 0) return;
+  const auto* head = reinterpret_cast<const LmdbEnvHead*>(env_);
+  if (head->data_fd != lmdb_fd) return;  // not the layout this was written for
+  struct stat ours {}, theirs {};
+  auto differs = [&](int mine, int lmdbs) {
+    return lmdbs >= 0 && fstat(mine, &ours) == 0 && fstat(lmdbs, &theirs) == 0 &&
+           !same_file(ours, theirs);
+  };
+  std::string which;
+  if (differs(fd_, head->data_fd) || differs(fd_, head->meta_fd))
+    which = options_.path;
+  else if (lock_fd >= 0 && differs(lock_fd, head->lock_fd))
+    which = options_.path + "-lock";
+  if (which.empty()) return;
+  throw Error(ErrorKind::Io,
+              fmt::format("{}: was replaced while q opened it (a symbolic link swapped in?); "
+                          "LMDB opened another file than the one q checked: look at what {} is now",
+                          which, which));
 }
 
 // A file cut short must be refused before LMDB reads past its end (SIGBUS).
@@ -466,7 +600,9 @@ Env::~Env() {
   // reachable so that leak checkers do not report it.
   static std::vector<MDB_env*> abandoned;
   if (env_ && damaged_) abandoned.push_back(env_);
+  bell_.reset();
   if (env_ && !damaged_) mdb_env_close(env_);
+  if (lock_fd_ >= 0 && !damaged_) ::close(lock_fd_);  // after LMDB's (see lock_fd_)
   if (fd_ >= 0) ::close(fd_);
   if (!staging_.empty()) ::unlink(staging_.c_str());  // never published: no file was made
   if (dir_fd_ >= 0) ::close(dir_fd_);
@@ -590,15 +726,43 @@ void Env::unlock_writer() { flock(fd_, LOCK_UN); }
 void Env::announce_commit() {
   if (!staging_.empty()) return;  // nobody can be waiting on a file not yet published
   if (Bell* b = bell()) b->ring();
+  // Also what a waiter whose doorbell fails sees (Bell::wait, FileWatch).
   futimens(fd_, nullptr);
 }
 
-Bell* Env::bell() {
-  if (!bell_tried_) {
-    bell_tried_ = true;
-    bell_ = Bell::open(options_.path);
+// A writer that cannot ring the doorbell says so, once: its commits reach
+// waiting receivers only through the file's times, up to Bell::kSlice late.
+void Env::notice_bell_problem() {
+  if (bell_noticed_ || !staging_.empty() || (bell_ && bell_->writable()) || !g_notice) return;
+  bell_noticed_ = true;
+  const std::string wake = options_.path + "-wake";
+  struct stat st {};
+  const std::string has =
+      lstat(wake.c_str(), &st) == 0 ? fmt::format("; the file has {}", describe_owner(st)) : "";
+  g_notice(fmt::format("{}: no write permission for this user (uid {} gid {}{}): receivers "
+                       "waiting with --wait are not woken at once by this process's writes "
+                       "(up to {} ms late); give it the permissions of {}",
+                       wake, geteuid(), getegid(), has, Bell::kSlice, options_.path));
+}
+
+Bell* Env::bell() { return bell_.get(); }
+
+void Env::refuse_if_replaced() {
+  if (!staging_.empty() || fd_ < 0) return;  // not published yet: it has no name
+  struct stat ours {}, named {};
+  if (fstat(fd_, &ours) != 0) return;
+  if (stat(options_.path.c_str(), &named) == 0) {
+    if (same_file(ours, named)) return;
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: the queue file was replaced by another file while this process "
+                            "used it; start again to use the new file",
+                            options_.path));
   }
-  return bell_.get();
+  if (errno != ENOENT) return;
+  throw Error(ErrorKind::Io,
+              fmt::format("{}: the queue file was deleted while this process used it; start "
+                          "again to use a new file of that name",
+                          options_.path));
 }
 
 void Env::fail(int rc, const std::string& doing) {
@@ -646,32 +810,78 @@ void Env::fail(int rc, const std::string& doing) {
   }
 }
 
+// The queue's own files, by name (in the same directory) and by inode
+// (through a link, symbolic or hard): a copy renamed over one of them would
+// replace it under the processes using the file.
+void Env::refuse_own_file(const std::string& target) {
+  const std::string& path = options_.path;
+  const std::pair<std::string, const char*> own[] = {
+      {path, "the queue file itself"},
+      {path + "-lock", "the queue file's lock file"},
+      {path + "-wake", "the queue file's doorbell"},
+      {path + ".creating", "the queue file's name while it is created"},
+  };
+  struct stat target_dir {}, our_dir {}, target_st {}, own_st {};
+  const bool same_dir = stat(parent_dir(target).c_str(), &target_dir) == 0 &&
+                        stat(parent_dir(path).c_str(), &our_dir) == 0 &&
+                        same_file(target_dir, our_dir);
+  const bool target_exists = stat(target.c_str(), &target_st) == 0;
+  for (const auto& [name, what] : own) {
+    const bool by_name = same_dir && files::base_name(name) == files::base_name(target);
+    const bool by_inode =
+        target_exists && stat(name.c_str(), &own_st) == 0 && same_file(own_st, target_st);
+    if (by_name || by_inode)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{}: is {} ({}); a copy there would replace it: choose another "
+                              "name",
+                              target, what, name));
+  }
+}
+
 void Env::copy_to(const std::string& target) {
-  struct stat ours {}, theirs {};
-  if (fstat(fd_, &ours) == 0 && stat(target.c_str(), &theirs) == 0 && ours.st_dev == theirs.st_dev &&
-      ours.st_ino == theirs.st_ino)
-    throw Error(ErrorKind::Usage, fmt::format("{}: is the queue file itself", target));
-  std::string temporary = fmt::format("{}.tmp-{}", target, getpid());
-  ::unlink(temporary.c_str());
-  int rc = mdb_env_copy2(env_, temporary.c_str(), MDB_CP_COMPACT);
-  if (rc != 0) {
+  struct stat st {};
+  if (!target.empty() && (target.back() == '/' ||
+                          (stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode))))
+    throw Error(ErrorKind::Usage,
+                fmt::format("{}: is a directory; name the copy's file, like {}{}{}", target,
+                            target, target.back() == '/' ? "" : "/",
+                            files::base_name(options_.path)));
+  refuse_own_file(target);
+  struct stat source {};
+  if (fstat(fd_, &source) != 0) fail_errno(errno, options_.path, "cannot stat queue file");
+
+  // Leftovers of backups that were killed, then a temporary file of our own
+  // that nobody else can read meanwhile (0600 until it has the source's mode).
+  files::remove_stale_temps(target);
+  std::string temporary;
+  int copy = files::create_temp_beside(target, 0600, temporary);
+  if (copy < 0) fail_errno(errno, target, "cannot write the copy");
+  auto give_up = [&](int err, const std::string& doing) {
+    ::close(copy);
     ::unlink(temporary.c_str());
-    if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG || rc == EIO)
-      throw Error(ErrorKind::Io, fmt::format("{}: cannot write the copy: {}", target,
-                                             rc == EIO ? "I/O error or disk full" : "disk full"));
-    if (rc == EACCES || rc == EPERM || rc == EROFS || rc == ENOENT || rc == ENOTDIR)
-      fail_errno(rc, target, "cannot write the copy");
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO)
+      throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", target, doing,
+                                             err == EIO ? "I/O error or disk full" : "disk full"));
+    fail_errno(err, target, doing);
+  };
+  int rc = mdb_env_copyfd2(env_, copy, MDB_CP_COMPACT);
+  if (rc != 0) {
+    if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG || rc == EIO || rc == EACCES || rc == EPERM ||
+        rc == EROFS)
+      give_up(rc, "cannot write the copy");
+    ::close(copy);
+    ::unlink(temporary.c_str());
     fail(rc, "cannot copy");
   }
-  int copy = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
-  bool synced = copy >= 0 && fsync(copy) == 0;
-  int err = errno;
-  if (copy >= 0) ::close(copy);
-  if (!synced || ::rename(temporary.c_str(), target.c_str()) != 0) {
-    if (synced) err = errno;
-    ::unlink(temporary.c_str());
-    fail_errno(err, target, "cannot write the copy");
-  }
+  // The source's group where this user may give it (its own groups; root
+  // any), then its mode: a copy is never readable by more users than the
+  // original, whatever the umask.
+  if (fchown(copy, static_cast<uid_t>(-1), source.st_gid) != 0 && errno != EPERM)
+    give_up(errno, "cannot set the copy's group");
+  if (fchmod(copy, source.st_mode & 0777) != 0) give_up(errno, "cannot set the copy's mode");
+  if (fsync(copy) != 0) give_up(errno, "cannot write the copy");
+  if (::rename(temporary.c_str(), target.c_str()) != 0) give_up(errno, "cannot write the copy");
+  ::close(copy);
   int dir = ::open(parent_dir(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     fsync(dir);
@@ -686,6 +896,7 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
     throw Error(ErrorKind::Io, fmt::format("{}: the file is damaged (LMDB reported it earlier)",
                                            env_.path()));
   env_.reopen_if_published();
+  env_.refuse_if_replaced();
   if (mode == Write) {
     env_.clear_dead_readers_now_and_then();
     env_.lock_writer();
@@ -721,6 +932,7 @@ void Txn::commit() {
     if (rc == 0) env_.announce_commit();
     env_.unlock_writer();
     locked_ = false;
+    if (rc == 0) env_.notice_bell_problem();  // printing must not hold the lock
   }
   if (rc != 0) env_.fail(rc, "cannot commit");
 }

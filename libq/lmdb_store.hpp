@@ -33,6 +33,11 @@ struct LmdbActivity {
 };
 extern LmdbActivity g_lmdb_activity;
 
+// Something a user should know that is not an error (libq never prints): the
+// CLI installs a handler that prints it on standard error.
+using NoticeHandler = void (*)(const std::string& message);
+void set_notice_handler(NoticeHandler handler);
+
 struct OpenOptions {
   std::string path;
   bool create = false;   // create the file (and its directories) when missing
@@ -74,8 +79,16 @@ class Env {
   // Tells waiting processes that a commit is visible: rings the bell
   // (FILE-wake) and touches the file's times for inotify watchers (IN_ATTRIB).
   void announce_commit();
-  // The doorbell of this file, opened on first use; nullptr when unavailable.
+  // After a commit: tells the notice handler, once, that this process cannot
+  // ring the doorbell (see set_notice_handler).
+  void notice_bell_problem();
+  // The doorbell of this file (opened with the file); nullptr when unavailable.
   Bell* bell();
+  // Throws Error(Io) when the file's name no longer names the file this Env
+  // has open (deleted, or replaced by another file): a long-running process
+  // would otherwise go on using a file nobody else sees. Called by every
+  // transaction (one stat).
+  void refuse_if_replaced();
 
   [[noreturn]] void fail(int rc, const std::string& doing);
   // LMDB reported a damaged page. It may have written past a heap block of a
@@ -84,7 +97,9 @@ class Env {
   bool damaged() const { return damaged_; }
 
   // A consistent, compacted copy at `target`, written to a temporary file,
-  // synced and renamed, while other processes go on using the file.
+  // synced and renamed, while other processes go on using the file. The copy
+  // gets the file's mode (and group, where allowed). Refuses a directory and
+  // the queue's own files (by name and by inode) as `target`.
   void copy_to(const std::string& target);
 
 
@@ -94,7 +109,10 @@ class Env {
   explicit Env(OpenOptions options) : options_(std::move(options)) {}
   bool stage();
   void attach();
-  void open_lmdb(const std::string& file, unsigned extra_flags);
+  void open_lmdb(const std::string& file, int lock_fd, unsigned extra_flags);
+  void verify_lmdb_files(int lock_fd);
+  void remove_stale_staging(const std::string& dir);
+  void refuse_own_file(const std::string& target);
   void refuse_truncated();
   struct MetaRoots {
     std::uint64_t free_root = 0;
@@ -107,9 +125,13 @@ class Env {
 
   OpenOptions options_;
   std::unique_ptr<Bell> bell_;
-  bool bell_tried_ = false;
+  bool bell_noticed_ = false;
   MDB_env* env_ = nullptr;
   int fd_ = -1;
+  // Our descriptor of FILE-lock, opened without following links before LMDB
+  // opens it; kept open while LMDB's is (closing any descriptor of a file
+  // drops the process's fcntl locks on it, which LMDB's reader table uses).
+  int lock_fd_ = -1;
   int dir_fd_ = -1;            // locked while this process creates the file
   std::string staging_;        // the new file's temporary name until publish()
   bool publish_on_commit_ = false;
