@@ -1,9 +1,5 @@
 #include "lmdb_broker.hpp"
 
-#include <poll.h>
-#include <sys/inotify.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <map>
 #include <queue>
@@ -16,7 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "file_watch.hpp"
+#include "lmdb_transfer.hpp"
 #include "lmdb_verify.hpp"
+#include "queue_view.hpp"
 #include "records.hpp"
 #include "sha256.hpp"
 #include "timefmt.hpp"
@@ -24,18 +23,6 @@
 
 namespace q {
 namespace {
-
-using store::Cursor;
-using store::Header;
-using store::QueueRecord;
-using store::Txn;
-
-// Lazy clean-up of expired messages, dead letters and dedup entries rides on
-// transactions that run anyway; the bound keeps any one of them short.
-constexpr std::size_t kExpireBatch = 1000;
-// Imported ids are kept only below this: next-seq must stay above every key
-// and never wrap (2^52 is 140 years of sends at a million a second).
-constexpr std::uint64_t kMaxKeptSeq = std::uint64_t{1} << 52;
 
 // Sends of at least this many messages first commit a small change (see
 // commit_small_change).
@@ -56,517 +43,6 @@ void check_queue_name(const std::string& queue) {
                 fmt::format("queue name '{}': use 1 to {} letters, digits, '-', '_' or '.'", queue,
                             kMaxQueueName));
 }
-
-// One queue inside one transaction: its record, loaded once and saved at the end.
-class QueueView {
- public:
-  QueueView(Txn& txn, const store::Databases& db, std::string name, QueueRecord record,
-            Millis now)
-      : txn(txn), db(db), name(std::move(name)), rec(std::move(record)), now(now),
-        prefix(store::key_q(rec.qid)) {}
-
-  Txn& txn;
-  const store::Databases& db;
-  std::string name;
-  QueueRecord rec;
-  Millis now;
-  std::string prefix;
-
-  void save() { txn.put(db.queues, name, store::encode(rec)); }
-
-  std::uint64_t depth() const { return rec.ready + rec.delayed + rec.leased; }
-
-  [[noreturn]] void corrupt(const std::string& what) const {
-    throw Error(ErrorKind::Io, fmt::format("{}: queue {}: {} (run 'q verify' or restore a backup)",
-                                           txn.env().path(), name, what));
-  }
-
-  std::optional<Header> find_header(MDB_dbi dbi, std::uint64_t seq) {
-    auto bytes = txn.get(dbi, store::key_q_seq(rec.qid, seq));
-    if (!bytes) return std::nullopt;
-    auto header = store::decode_header(*bytes);
-    if (!header)
-      corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
-                          store::message_id(seq)));
-    return header;
-  }
-
-  store::Body body(std::uint64_t seq) {
-    auto bytes = txn.get(db.bodies, store::key_seq(seq));
-    if (!bytes) corrupt(fmt::format("the body of message {} is missing", store::message_id(seq)));
-    auto body = store::decode_body(*bytes);
-    if (!body)
-      corrupt(fmt::format("the body of message {} is damaged (checksum mismatch)",
-                          store::message_id(seq)));
-    return std::move(*body);
-  }
-
-  void put_header(MDB_dbi dbi, std::uint64_t seq, const Header& header) {
-    txn.put(dbi, store::key_q_seq(rec.qid, seq), store::encode(header));
-  }
-
-  // ---- the schedule: ready, delayed and leases indexes ----------------------
-
-  // Files the message under its visible_at according to its flags.
-  void link(std::uint64_t seq, Header& header) {
-    if ((header.flags & Header::kDelayed) && header.visible_at <= now)
-      header.flags &= static_cast<std::uint8_t>(~Header::kDelayed);
-    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
-    if (header.flags & Header::kLeased) {
-      txn.put(db.leases, key, {});
-      ++rec.leased;
-    } else if (header.flags & Header::kDelayed) {
-      txn.put(db.delayed, key, {});
-      ++rec.delayed;
-    } else {
-      txn.put(db.ready, key, {});
-      ++rec.ready;
-    }
-  }
-
-  // Due lease and delay entries may already have moved to `ready`. Returns
-  // true when the message was in flight (its lease had not run out).
-  bool unlink(std::uint64_t seq, const Header& header) {
-    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
-    if ((header.flags & Header::kLeased) && txn.del(db.leases, key)) {
-      --rec.leased;
-      return true;
-    }
-    if ((header.flags & Header::kDelayed) && txn.del(db.delayed, key)) {
-      --rec.delayed;
-      return false;
-    }
-    if (txn.del(db.ready, key)) {
-      --rec.ready;
-      return false;
-    }
-    corrupt(fmt::format("message {} is missing from the schedule index", store::message_id(seq)));
-  }
-
-  // Moves due entries of `from` to `ready`; returns how many.
-  std::uint64_t promote(MDB_dbi from) {
-    auto due = due_keys(from);
-    for (const auto& key : due) {
-      // A FIFO message whose lease ran out no longer holds its group.
-      std::optional<GroupEdit> group;
-      if (from == db.leases && rec.config.fifo) {
-        auto header = find_header(db.messages, store::key_time_seq(key));
-        if (header) group.emplace(*this, header->group);
-      }
-      txn.del(from, key);
-      txn.put(db.ready, key, {});
-      if (group) {
-        group->left_flight();
-        group->done();
-      }
-    }
-    return due.size();
-  }
-
-  // ---- FIFO message groups ----------------------------------------------------
-  // Every change to a group goes through a GroupEdit: it takes the group's head
-  // out of `heads` first (while no delivery of the group is in flight, its head
-  // is there, keyed by its visible time) and offers the head, maybe a new one,
-  // again when done. On a standard queue it does nothing.
-
-  class GroupEdit {
-   public:
-    GroupEdit(QueueView& view, std::string group) : v_(view), group_(std::move(group)) {
-      active_ = v_.rec.config.fifo;
-      if (!active_) return;
-      auto bytes = v_.txn.get(v_.db.groups, store::key_q_bytes(v_.rec.qid, group_));
-      if (bytes) {
-        auto decoded = store::decode_group(*bytes);
-        if (!decoded) v_.corrupt(fmt::format("the record of group {} is damaged", group_));
-        g_ = *decoded;
-      }
-      was_ = g_;
-      if (g_.messages > 0 && g_.in_flight == 0) v_.head_entry(group_, false);
-    }
-    void added(std::uint64_t seq) {
-      if (!active_) return;
-      v_.txn.put(v_.db.group_messages, group_key(seq), {});
-      ++g_.messages;
-    }
-    void removed(std::uint64_t seq) {
-      if (!active_) return;
-      v_.txn.del(v_.db.group_messages, group_key(seq));
-      --g_.messages;
-    }
-    void took_flight() { ++g_.in_flight; }
-    void left_flight() {
-      if (g_.in_flight > 0) --g_.in_flight;
-    }
-    void done() {
-      if (!active_) return;
-      auto key = store::key_q_bytes(v_.rec.qid, group_);
-      if (g_.messages == 0) {
-        v_.txn.del(v_.db.groups, key);
-      } else {
-        v_.txn.put(v_.db.groups, key, store::encode(g_));
-        if (g_.in_flight == 0) v_.head_entry(group_, true);
-      }
-      v_.rec.groups += (g_.messages > 0) - (was_.messages > 0);
-      v_.rec.held_groups += (g_.in_flight > 0) - (was_.in_flight > 0);
-      active_ = false;
-    }
-
-   private:
-    std::string group_key(std::uint64_t seq) const {
-      std::string k = store::key_group_prefix(v_.rec.qid, group_);
-      k += store::key_seq(seq);
-      return k;
-    }
-    QueueView& v_;
-    std::string group_;
-    store::GroupRecord g_, was_;
-    bool active_ = false;
-  };
-
-  // Puts the group's head into `heads` (offer) or takes it out.
-  void head_entry(const std::string& group, bool offer) {
-    auto group_prefix = store::key_group_prefix(rec.qid, group);
-    std::uint64_t seq;
-    {
-      Cursor c(txn, db.group_messages);
-      if (!c.seek(group_prefix) || !c.has_prefix(group_prefix))
-        corrupt(fmt::format("group {} has no messages in its index", group));
-      seq = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
-    }
-    auto header = find_header(db.messages, seq);
-    if (!header) corrupt(fmt::format("group {} lists a missing message", group));
-    auto key = store::key_q_time_seq(rec.qid, header->visible_at, seq);
-    if (offer)
-      txn.put(db.heads, key, group);
-    else
-      txn.del(db.heads, key);
-  }
-
-  // ---- removal --------------------------------------------------------------
-
-  // `open` is the caller's edit of the message's group, when it has one.
-  void remove_live(std::uint64_t seq, const Header& header, GroupEdit* open = nullptr) {
-    std::optional<GroupEdit> own;
-    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
-    if (unlink(seq, header)) group.left_flight();
-    group.removed(seq);
-    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
-    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
-    txn.del(db.bodies, store::key_seq(seq));
-    if (own) own->done();
-  }
-
-  // Takes a dead letter out of the dead-letter queue; its body stays.
-  void unfile_dead(std::uint64_t seq, const Header& header) {
-    txn.del(db.dead, store::key_q_seq(rec.qid, seq));
-    txn.del(db.dead_expiry, store::key_q_time_seq(rec.qid, header.dead_at, seq));
-    --rec.dead;
-  }
-
-  void remove_dead(std::uint64_t seq, const Header& header) {
-    unfile_dead(seq, header);
-    txn.del(db.bodies, store::key_seq(seq));
-  }
-
-  void dead_letter(std::uint64_t seq, Header header, std::string reason,
-                   GroupEdit* open = nullptr) {
-    std::optional<GroupEdit> own;
-    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
-    if (unlink(seq, header)) group.left_flight();
-    group.removed(seq);
-    if (own) own->done();
-    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
-    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
-    header.flags = 0;
-    header.nonce = 0;
-    header.dead_at = now;
-    header.reason = std::move(reason);
-    put_header(db.dead, seq, header);
-    txn.put(db.dead_expiry, store::key_q_time_seq(rec.qid, now, seq), {});
-    ++rec.dead;
-    ++rec.counters.dead_lettered;
-  }
-
-  // A dead letter (taken out of its dead-letter queue) lives again in this queue.
-  void revive(std::uint64_t seq, const Header& dead) {
-    Header live;
-    live.sent_at = dead.sent_at;
-    live.visible_at = now;
-    live.available_at = now;
-    live.group = rec.config.fifo ? dead.group : std::string();
-    // A FIFO message goes back into its group at its place in send order.
-    GroupEdit group(*this, live.group);
-    put_header(db.messages, seq, live);
-    link(seq, live);
-    group.added(seq);
-    group.done();
-    txn.put(db.age, store::key_q_time_seq(rec.qid, now, seq), {});
-  }
-
-  // ---- maintenance run by every write transaction on the queue ----------------
-
-  void maintain() {
-    auto leases_due = promote(db.leases);
-    rec.leased -= leases_due;
-    rec.ready += leases_due;
-    auto delays_due = promote(db.delayed);
-    rec.delayed -= delays_due;
-    rec.ready += delays_due;
-    if (auto budget = rate_budget())  // a future stored by a clock ahead is pulled back, once
-      rec.rate_tat_us = static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
-    expire_messages();
-    expire_dead_letters();
-    expire_keys(db.dedup_expiry, db.dedup, 8);  // value: seq, expires
-    expire_keys(db.done_expiry, db.done, 0);    // value: expires
-  }
-
-  // ---- the shared rate budget (GCRA) --------------------------------------------
-  // One start every 1/rate seconds, with a burst of a tenth of a second's
-  // worth so fast queues need not take one message per transaction.
-
-  struct RateBudget {
-    double interval_us;
-    double tolerance_us;
-  };
-  std::optional<RateBudget> rate_budget() const {
-    if (rec.config.rate <= 0) return std::nullopt;
-    double interval = 1e6 / rec.config.rate;
-    return RateBudget{interval, interval * std::floor(rec.config.rate / 10)};
-  }
-
-  // The stored theoretical arrival time, never further ahead of now than one
-  // full burst and one interval: a consumer whose clock ran ahead (or a clock
-  // stepped back) must not make every other consumer wait for its future.
-  double rate_tat(const RateBudget& budget, double now_us) const {
-    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
-    return std::min(tat, now_us + budget.tolerance_us + budget.interval_us);
-  }
-
-  // How many starts the budget allows now.
-  std::uint64_t rate_allows() const {
-    auto budget = rate_budget();
-    if (!budget) return UINT64_MAX;
-    double now_us = static_cast<double>(now) * 1000;
-    double tat = rate_tat(*budget, now_us);
-    if (tat > now_us + budget->tolerance_us) return 0;
-    return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) + 1;
-  }
-
-  void rate_take(std::uint64_t starts) {
-    auto budget = rate_budget();
-    if (!budget || starts == 0) return;
-    double now_us = static_cast<double>(now) * 1000;
-    double tat = rate_tat(*budget, now_us);
-    rec.rate_tat_us = static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
-  }
-
-  // The first time the budget allows a start.
-  Millis rate_ready_at() const {
-    auto budget = rate_budget();
-    if (!budget) return INT64_MIN;
-    const double now_us = static_cast<double>(now) * 1000;
-    // A stored future no consumer on this clock could have made: ready now,
-    // so that the next write transaction pulls it back (see maintain()).
-    if (static_cast<double>(rec.rate_tat_us) > now_us + budget->tolerance_us + budget->interval_us)
-      return now;
-    double at_us = rate_tat(*budget, now_us) - budget->tolerance_us;
-    return static_cast<Millis>(std::ceil(at_us / 1000));
-  }
-
-  // Retention counts from the time a message first became available (its
-  // send, the end of its delay, its redrive or import): the `age` index holds
-  // exactly that time, so expired messages are a prefix of it, whatever the
-  // order of their ids.
-  void expire_messages() {
-    std::vector<std::uint64_t> old;
-    {
-      Cursor c(txn, db.age);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) + rec.config.retention > now) break;
-        old.push_back(store::key_time_seq(c.key()));
-      }
-    }
-    for (auto seq : old) {
-      auto header = find_header(db.messages, seq);
-      if (!header) corrupt(fmt::format("message {} is in the age index but missing",
-                                       store::message_id(seq)));
-      remove_live(seq, *header);
-    }
-    rec.counters.expired += old.size();
-  }
-
-  void expire_dead_letters() {
-    std::vector<std::uint64_t> old;
-    {
-      Cursor c(txn, db.dead_expiry);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) + kDeadLetterRetention > now) break;
-        old.push_back(store::key_time_seq(c.key()));
-      }
-    }
-    for (auto seq : old)
-      if (auto header = find_header(db.dead, seq)) remove_dead(seq, *header);
-    rec.counters.expired += old.size();
-  }
-
-  // Dedup ids and idempotency (done) keys past their time: their expiry
-  // index is (qid, expires, key); the record's value holds its expiry at
-  // `expires_at`, which a later renewal may have moved.
-  void expire_keys(MDB_dbi expiry_index, MDB_dbi records, std::size_t expires_at) {
-    for (const auto& key : due_keys(expiry_index, kExpireBatch)) {
-      txn.del(expiry_index, key);
-      auto record_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
-      auto entry = txn.get(records, record_key);
-      if (entry && entry->size() == expires_at + 8) {
-        Millis expires = 0;
-        std::memcpy(&expires, entry->data() + expires_at, 8);
-        if (expires <= now) txn.del(records, record_key);
-      }
-    }
-  }
-
-  // Keys of a (qid, time, ...) index whose time has come, oldest first.
-  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit = SIZE_MAX) {
-    std::vector<std::string> due;
-    Cursor c(txn, index);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit; ok = c.next()) {
-      if (store::key_time(c.key()) > now) break;
-      due.emplace_back(c.key());
-    }
-    return due;
-  }
-
-  // ---- dedup ------------------------------------------------------------------
-
-  std::optional<std::uint64_t> find_dedup(const std::string& dedup_id) {
-    auto entry = txn.get(db.dedup, store::key_q_bytes(rec.qid, dedup_id));
-    if (!entry || entry->size() != 16) return std::nullopt;
-    std::uint64_t seq = 0;
-    Millis expires = 0;
-    std::memcpy(&seq, entry->data(), 8);
-    std::memcpy(&expires, entry->data() + 8, 8);
-    if (expires <= now) return std::nullopt;
-    return seq;
-  }
-
-  void remember_dedup(const std::string& dedup_id, std::uint64_t seq,
-                      std::optional<Millis> until = std::nullopt) {
-    Millis expires = until.value_or(now + rec.config.dedup_window);
-    char value[16];
-    std::memcpy(value, &seq, 8);
-    std::memcpy(value + 8, &expires, 8);
-    txn.put(db.dedup, store::key_q_bytes(rec.qid, dedup_id), {value, 16});
-    txn.put(db.dedup_expiry, store::key_q_time_bytes(rec.qid, expires, dedup_id), {});
-  }
-
-  // ---- receipts -----------------------------------------------------------------
-
-  struct Delivery {
-    std::uint64_t seq;
-    Header header;
-  };
-
-  // The current delivery a receipt names; throws Error(InvalidData or Stale).
-  Delivery current_delivery(const std::string& receipt) {
-    auto parsed = store::parse_receipt(receipt);
-    if (!parsed)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
-                              "receive', like m1f.0123456789abcdef)",
-                              receipt));
-    auto header = find_header(db.messages, parsed->seq);
-    auto id = store::message_id(parsed->seq);
-    if (!header) {
-      if (find_header(db.dead, parsed->seq))
-        throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} was moved to "
-                                                  "the dead-letter queue of {}",
-                                                  receipt, id, name));
-      throw Error(ErrorKind::Stale,
-                  fmt::format("receipt {}: stale: message {} is no longer in queue {} (acked, "
-                              "purged or expired)",
-                              receipt, id, name));
-    }
-    if (header->nonce != parsed->nonce) {
-      if (header->nonce == 0)
-        throw Error(ErrorKind::Stale,
-                    fmt::format("receipt {}: stale: message {} was released (nack) after this "
-                                "receipt was issued",
-                                receipt, id));
-      throw Error(ErrorKind::Stale,
-                  fmt::format("receipt {}: stale: message {} was delivered again since (receive "
-                              "count now {})",
-                              receipt, id, header->receive_count));
-    }
-    return {parsed->seq, std::move(*header)};
-  }
-};
-
-Message to_message(std::uint64_t seq, const Header& h, store::Body body, MessageState state) {
-  Message m;
-  m.id = store::message_id(seq);
-  m.body = std::move(body.body);
-  m.attributes = std::move(body.attributes);
-  m.dedup_id = std::move(body.dedup_id);
-  m.group = h.group;
-  m.receive_count = h.receive_count;
-  m.state = state;
-  m.sent_at = h.sent_at;
-  m.visible_at = h.visible_at;
-  if (h.first_received_at) m.first_received_at = h.first_received_at;
-  if (h.last_received_at) m.last_received_at = h.last_received_at;
-  if (h.dead_at) m.dead_at = h.dead_at;
-  m.reason = h.reason;
-  return m;
-}
-
-MessageState state_of(const Header& h, Millis now) {
-  if (h.visible_at <= now) return MessageState::Visible;
-  if (h.flags & Header::kLeased) return MessageState::InFlight;
-  return MessageState::Delayed;
-}
-
-// Wakes a long-polling receiver when any process has committed to the file:
-// every q writer touches the file's times once its commit is visible to
-// readers (Env::announce_commit), and inotify sees that from every process.
-class FileWatch final : public ChangeWatch {
- public:
-  explicit FileWatch(const std::string& path) {
-    fd_ = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (fd_ >= 0 && inotify_add_watch(fd_, path.c_str(), IN_ATTRIB) < 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~FileWatch() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileWatch(const FileWatch&) = delete;
-  FileWatch& operator=(const FileWatch&) = delete;
-
-  int fd() const override { return fd_; }
-  void drain() override {
-    char buf[4096];
-    while (fd_ >= 0 && ::read(fd_, buf, sizeof buf) > 0) {
-    }
-  }
-
-  // Waits until the file changes or `ms` pass.
-  void wait(Millis ms) {
-    if (ms <= 0) return;
-    if (fd_ < 0) {
-      // No inotify (limits reached): fall back to a short poll.
-      ::usleep(static_cast<useconds_t>(std::min<Millis>(ms, 50) * 1000));
-      return;
-    }
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<Millis>(ms, 60 * kSecond))) > 0) drain();
-  }
-
- private:
-  int fd_ = -1;
-};
 
 class LmdbBroker final : public Broker {
  public:
@@ -947,19 +423,7 @@ class LmdbBroker final : public Broker {
   std::vector<Message> peek(const std::string& queue, std::size_t max) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
-    std::vector<std::pair<std::uint64_t, Header>> found;
-    {
-      Cursor c(txn, db().messages);
-      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix) && found.size() < max;
-           ok = c.next()) {
-        auto seq = store::key_q_seq_seq(c.key());
-        auto header = store::decode_header(c.value());
-        if (!header)
-          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
-                                   store::message_id(seq)));
-        found.emplace_back(seq, std::move(*header));
-      }
-    }
+    auto found = view.headers(db().messages, "the record of message", max);
     std::vector<Message> out;
     for (auto& [seq, header] : found)
       out.push_back(to_message(seq, header, view.body(seq), state_of(header, view.now)));
@@ -967,12 +431,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::uint64_t purge(const std::string& queue) override {
-    Txn txn(*env_, Txn::Write);
-    auto view = open(txn, queue);
-    auto removed = purge_live(view);
-    view.save();
-    txn.commit();
-    return removed;
+    return purge_with(queue, &LmdbBroker::purge_live);
   }
 
   std::vector<QueueStats> stats(const std::string& queue) override {
@@ -1009,58 +468,22 @@ class LmdbBroker final : public Broker {
                         const std::function<bool(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
-    Cursor c(txn, db().dead);
-    for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
-      auto seq = store::key_q_seq_seq(c.key());
-      auto header = store::decode_header(c.value());
-      if (!header)
-        view.corrupt(fmt::format("the dead letter {} is damaged (checksum mismatch)",
-                                 store::message_id(seq)));
-      auto message = to_message(seq, *header, view.body(seq), MessageState::Dead);
-      release_body(txn, seq);
-      if (!each(message)) return;
-    }
-  }
-
-  // A body copied out in a read transaction: its pages need not stay resident.
-  void release_body(Txn& txn, std::uint64_t seq) {
-    if (auto bytes = txn.get(db().bodies, store::key_seq(seq))) txn.release_read(*bytes);
+    view.each_header(db().dead, "the dead letter", [&](std::uint64_t seq, const Header& header) {
+      auto message = to_message(seq, header, view.body(seq), MessageState::Dead);
+      view.release_body(seq);
+      return each(message);
+    });
   }
 
   std::uint64_t purge_dead_letters(const std::string& queue) override {
-    Txn txn(*env_, Txn::Write);
-    auto view = open(txn, queue);
-    auto removed = purge_dead(view);
-    view.save();
-    txn.commit();
-    return removed;
+    return purge_with(queue, &LmdbBroker::purge_dead);
   }
 
   std::vector<Message> redrive(const std::string& queue, const RedriveOptions& options) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
-    std::vector<std::pair<std::uint64_t, Header>> chosen;
-    if (options.ids.empty()) {
-      chosen = dead_headers(view, options.max.value_or(SIZE_MAX));
-    } else {
-      std::unordered_set<std::uint64_t> named;  // an id given twice moves once
-      for (const auto& id : options.ids) {
-        auto seq = store::parse_message_id(id);
-        if (!seq)
-          throw Error(ErrorKind::InvalidData,
-                      fmt::format("--id {}: not a message id (like m1f)", id));
-        if (!named.insert(*seq).second) continue;
-        auto header = view.find_header(db().dead, *seq);
-        if (!header) {
-          if (options.skip_missing) continue;
-          throw Error(ErrorKind::NotFound,
-                      fmt::format("queue {}: no dead letter {}; nothing was redriven", queue, id));
-        }
-        if (options.max && chosen.size() >= *options.max) break;
-        chosen.emplace_back(*seq, std::move(*header));
-      }
-    }
+    auto chosen = redrive_choice(view, options);
     std::vector<Message> out;
     for (auto& [seq, header] : chosen)
       out.push_back(to_message(seq, header, view.body(seq), MessageState::Dead));
@@ -1071,25 +494,7 @@ class LmdbBroker final : public Broker {
       target->maintain();
     }
     QueueView& into = target ? *target : view;
-    if (into.rec.config.fifo)
-      for (const auto& [seq, header] : chosen)
-        if (header.group.empty())
-          throw Error(ErrorKind::InvalidData,
-                      fmt::format("queue {}: is a FIFO queue and dead letter {} has no group; "
-                                  "nothing was redriven",
-                                  into.name, store::message_id(seq)));
-    // A redriven message enters the target as a send would: the target's rules apply.
-    for (const auto& m : out) {
-      if (m.body.size() > into.rec.config.max_size)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("queue {}: dead letter {} is {} bytes, over the queue's max size "
-                                "of {} bytes; nothing was redriven",
-                                into.name, m.id, m.body.size(), into.rec.config.max_size));
-      // Stored attributes keep the form they were accepted in (older files
-      // may hold repeated keys or bytes that are not UTF-8); what would make
-      // the message unrunnable is refused.
-      check_attribute_bytes(into.name, m.attributes);
-    }
+    check_redrivable(into, chosen, out);
     if (options.dry_run) return out;
 
     const auto& config = into.rec.config;
@@ -1107,6 +512,55 @@ class LmdbBroker final : public Broker {
     if (target) target->save();
     txn.commit();
     return out;
+  }
+
+  // The dead letters a redrive moves: the oldest, or those named by id.
+  std::vector<std::pair<std::uint64_t, Header>> redrive_choice(QueueView& view,
+                                                               const RedriveOptions& options) {
+    if (options.ids.empty()) return dead_headers(view, options.max.value_or(SIZE_MAX));
+    std::vector<std::pair<std::uint64_t, Header>> chosen;
+    std::unordered_set<std::uint64_t> named;  // an id given twice moves once
+    for (const auto& id : options.ids) {
+      auto seq = store::parse_message_id(id);
+      if (!seq)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("--id {}: not a message id (like m1f)", id));
+      if (!named.insert(*seq).second) continue;
+      auto header = view.find_header(db().dead, *seq);
+      if (!header) {
+        if (options.skip_missing) continue;
+        throw Error(ErrorKind::NotFound,
+                    fmt::format("queue {}: no dead letter {}; nothing was redriven", view.name, id));
+      }
+      if (options.max && chosen.size() >= *options.max) break;
+      chosen.emplace_back(*seq, std::move(*header));
+    }
+    return chosen;
+  }
+
+  // A redriven message enters the target as a send would: the target's rules
+  // apply. Throws before anything moved.
+  static void check_redrivable(const QueueView& into,
+                               const std::vector<std::pair<std::uint64_t, Header>>& chosen,
+                               const std::vector<Message>& out) {
+    if (into.rec.config.fifo)
+      for (const auto& [seq, header] : chosen)
+        if (header.group.empty())
+          throw Error(ErrorKind::InvalidData,
+                      fmt::format("queue {}: is a FIFO queue and dead letter {} has no group; "
+                                  "nothing was redriven",
+                                  into.name, store::message_id(seq)));
+    for (const auto& m : out) {
+      if (m.body.size() > into.rec.config.max_size)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("queue {}: dead letter {} is {} bytes, over the queue's max size "
+                                "of {} bytes; nothing was redriven",
+                                into.name, m.id, m.body.size(), into.rec.config.max_size));
+      // Stored attributes keep the form they were accepted in (older files
+      // may hold repeated keys or bytes that are not UTF-8); what would make
+      // the message unrunnable is refused.
+      check_attribute_bytes(into.name, m.attributes);
+    }
   }
 
   std::optional<Message> find_dead_letter(const std::string& queue,
@@ -1147,20 +601,7 @@ class LmdbBroker final : public Broker {
                        const std::function<void(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
-    for (MDB_dbi dbi : {db().messages, db().dead}) {
-      Cursor c(txn, dbi);
-      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
-        auto seq = store::key_q_seq_seq(c.key());
-        auto header = store::decode_header(c.value());
-        if (!header)
-          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
-                                   store::message_id(seq)));
-        auto state = dbi == db().dead ? MessageState::Dead : state_of(*header, view.now);
-        auto message = to_message(seq, *header, view.body(seq), state);
-        release_body(txn, seq);
-        each(message);
-      }
-    }
+    export_queue(view, each);
   }
 
   std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages,
@@ -1178,40 +619,8 @@ class LmdbBroker final : public Broker {
     }
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
     view.maintain();
-    // A record whose id came before in this import is the same message again.
-    std::vector<std::optional<std::size_t>> repeat_of(messages.size());
-    {
-      std::unordered_map<std::string_view, std::size_t> first;
-      for (std::size_t i = 0; i < messages.size(); ++i)
-        if (!messages[i].id.empty())
-          if (auto [it, fresh] = first.emplace(messages[i].id, i); !fresh) repeat_of[i] = it->second;
-    }
-    std::uint64_t live = 0;
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      if (repeat_of[i]) continue;
-      check_imported(view, messages[i], i);
-      live += messages[i].state != MessageState::Dead;
-    }
-    const auto& config = view.rec.config;
-    if (config.max_depth != 0 && view.depth() + live > config.max_depth)
-      throw Error(ErrorKind::Full,
-                  fmt::format("queue {}: {} messages would not fit under max depth {}; nothing was "
-                              "imported",
-                              queue, live, config.max_depth));
-
     std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
-    const bool keep_ids = ids_can_be_kept(txn, messages, repeat_of);
-    std::vector<std::string> ids;
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      if (repeat_of[i]) {
-        ids.push_back(ids[*repeat_of[i]]);
-        continue;
-      }
-      std::uint64_t seq = keep_ids ? *store::parse_message_id(messages[i].id) : next_seq;
-      next_seq = std::max(next_seq, seq + 1);
-      store_imported(view, seq, std::move(messages[i]));
-      ids.push_back(store::message_id(seq));
-    }
+    auto ids = import_into(view, std::move(messages), next_seq);
     set_meta_u64(txn, store::kNextSeqKey, next_seq);
     view.save();
     txn.commit();
@@ -1227,93 +636,6 @@ class LmdbBroker final : public Broker {
 
  private:
   const store::Databases& db() const { return env_->db(); }
-
-  // An import is checked as a send would be, plus its times: nothing can have
-  // happened after now.
-  void check_imported(QueueView& view, const Message& m, std::size_t index) {
-    const auto& config = view.rec.config;
-    auto where = fmt::format("queue {}: imported message {} ({})", view.name, index + 1, m.id);
-    auto refuse = [&](const std::string& why) {
-      throw Error(ErrorKind::InvalidData, fmt::format("{}: {}; nothing was imported", where, why));
-    };
-    if (m.body.size() > config.max_size)
-      refuse(fmt::format("{} bytes, over the queue's max size of {}", m.body.size(),
-                         config.max_size));
-    if (config.fifo && m.group.empty()) refuse("has no group, and this is a FIFO queue");
-    if (!config.fifo && !m.group.empty())
-      refuse(fmt::format("has group '{}', and this is a standard queue", m.group));
-    check_outgoing(view.name, {m.body, m.attributes, m.dedup_id, m.group});
-    for (auto [field, time] : {std::pair{"sent_at", std::optional<Millis>(m.sent_at)},
-                               std::pair{"first_received_at", m.first_received_at},
-                               std::pair{"last_received_at", m.last_received_at},
-                               std::pair{"dead_at", m.dead_at}})
-      if (time && (*time < 0 || *time > view.now))
-        refuse(fmt::format("{} {} is in the future (now {})", field, format_time(*time),
-                           format_time(view.now)));
-    if (m.state == MessageState::Delayed && m.visible_at - view.now >= config.retention)
-      refuse(fmt::format("visible at {} is further ahead than the queue's retention ({})",
-                         format_time(m.visible_at), format_duration(config.retention)));
-  }
-
-  // Imported messages keep their ids when every one of them can: each is a
-  // message id, free in this file, and far from the end of the sequence space
-  // (next-seq must stay above every id), and within each FIFO group they come
-  // in send order. Otherwise all of them get new ids in the order given, so
-  // that a group is never reordered by a mix of kept and new ids.
-  bool ids_can_be_kept(Txn& txn, const std::vector<Message>& messages,
-                       const std::vector<std::optional<std::size_t>>& repeat_of) {
-    std::unordered_map<std::string_view, std::uint64_t> last_in_group;
-    for (std::size_t i = 0; i < messages.size(); ++i) {
-      if (repeat_of[i]) continue;
-      const auto& m = messages[i];
-      auto seq = store::parse_message_id(m.id);
-      if (!seq || *seq == 0 || *seq >= kMaxKeptSeq) return false;
-      if (txn.get(db().bodies, store::key_seq(*seq))) return false;
-      if (m.state == MessageState::Dead || m.group.empty()) continue;
-      auto [it, fresh] = last_in_group.emplace(m.group, *seq);
-      if (!fresh && *seq < it->second) return false;
-      it->second = *seq;
-    }
-    return true;
-  }
-
-  // An imported live message is delivered like a new one: available now (or
-  // when its delay ends), its retention counting from then.
-  void store_imported(QueueView& view, std::uint64_t seq, Message m) {
-    Txn& txn = view.txn;
-    Header header;
-    header.receive_count = m.receive_count;
-    header.sent_at = m.sent_at;
-    header.first_received_at = m.first_received_at.value_or(0);
-    header.last_received_at = m.last_received_at.value_or(0);
-    header.reason = std::string(utf8_prefix(m.reason, kMaxReason));
-    header.group = m.group;
-    if (m.state == MessageState::Dead) {
-      header.dead_at = m.dead_at.value_or(view.now);
-      view.put_header(db().dead, seq, header);
-      txn.put(db().dead_expiry, store::key_q_time_seq(view.rec.qid, header.dead_at, seq), {});
-      ++view.rec.dead;
-    } else {
-      bool delayed = m.state == MessageState::Delayed && m.visible_at > view.now;
-      header.visible_at = delayed ? m.visible_at : view.now;
-      header.available_at = header.visible_at;
-      header.flags = delayed ? Header::kDelayed : 0;
-      QueueView::GroupEdit group(view, header.group);
-      view.put_header(db().messages, seq, header);
-      view.link(seq, header);
-      group.added(seq);
-      group.done();
-      txn.put(db().age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
-      ++view.rec.counters.sent;
-      // A dedup id still inside its window (counted from the original send)
-      // recognises a repeat send after the migration.
-      Millis dedup_until = m.sent_at + view.rec.config.dedup_window;
-      if (!m.dedup_id.empty() && dedup_until > view.now && !view.find_dedup(m.dedup_id))
-        view.remember_dedup(m.dedup_id, seq, dedup_until);
-    }
-    store::Body body{std::move(m.attributes), m.dedup_id, std::move(m.body)};
-    txn.put(db().bodies, store::key_seq(seq), store::encode(body));
-  }
 
   // LMDB never reuses in a transaction the pages the one before it freed (that
   // snapshot must survive a crash). A bulk send right after a drain would grow
@@ -1428,26 +750,6 @@ class LmdbBroker final : public Broker {
                               queue));
   }
 
-  void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
-    check_attributes(queue, m.attributes);
-    check_attribute_bytes(queue, m.attributes);
-    if (m.dedup_id.size() > kMaxDedupId)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("queue {}: --dedup-id is {} bytes, at most {}", queue,
-                              m.dedup_id.size(), kMaxDedupId));
-  }
-
-  // q work hands attributes to its command as environment variables, and
-  // execve refuses one over 128 KiB (E2BIG): a message must stay runnable.
-  static void check_attribute_bytes(const std::string& queue, const Attributes& attributes) {
-    std::size_t bytes = 0;
-    for (const auto& [key, value] : attributes) bytes += key.size() + value.size();
-    if (bytes > kMaxAttributeBytes)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}",
-                              queue, bytes, kMaxAttributeBytes));
-  }
-
   std::uint32_t next_qid(Txn& txn) {
     auto bytes = txn.get(db().meta, store::kNextQidKey);
     std::uint32_t qid = 1;
@@ -1478,32 +780,22 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<std::pair<std::uint64_t, Header>> dead_headers(QueueView& view, std::size_t max) {
-    std::vector<std::pair<std::uint64_t, Header>> found;
-    Cursor c(view.txn, db().dead);
-    for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix) && found.size() < max;
-         ok = c.next()) {
-      auto seq = store::key_q_seq_seq(c.key());
-      auto header = store::decode_header(c.value());
-      if (!header)
-        view.corrupt(fmt::format("the dead letter {} is damaged (checksum mismatch)",
-                                 store::message_id(seq)));
-      found.emplace_back(seq, std::move(*header));
-    }
-    return found;
+    return view.headers(db().dead, "the dead letter", max);
+  }
+
+  // Removes with `remove` (purge_live or purge_dead) in one write transaction.
+  std::uint64_t purge_with(const std::string& queue,
+                           std::uint64_t (LmdbBroker::*remove)(QueueView&)) {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    auto removed = (this->*remove)(view);
+    view.save();
+    txn.commit();
+    return removed;
   }
 
   std::uint64_t purge_live(QueueView& view) {
-    std::vector<std::pair<std::uint64_t, Header>> all;
-    {
-      Cursor c(view.txn, db().messages);
-      for (bool ok = c.seek(view.prefix); ok && c.has_prefix(view.prefix); ok = c.next()) {
-        auto header = store::decode_header(c.value());
-        if (!header)
-          view.corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
-                                   store::message_id(store::key_q_seq_seq(c.key()))));
-        all.emplace_back(store::key_q_seq_seq(c.key()), std::move(*header));
-      }
-    }
+    auto all = view.headers(db().messages, "the record of message");
     for (const auto& [seq, header] : all) view.remove_live(seq, header);
     return all.size();
   }
@@ -1562,6 +854,85 @@ class LmdbBroker final : public Broker {
   }
 
 
+  // Delivers a picked message, or dead-letters it; true when delivered.
+  using Deliver = std::function<bool(std::uint64_t, Header, QueueView::GroupEdit*)>;
+
+  static Header indexed_header(QueueView& view, std::uint64_t seq) {
+    auto header = view.find_header(view.db.messages, seq);
+    if (!header)
+      view.corrupt(fmt::format("message {} is indexed but has no record", store::message_id(seq)));
+    return std::move(*header);
+  }
+
+  // Standard queue: the oldest ready messages first.
+  static void pick_standard(QueueView& view, std::uint64_t want, const Deliver& deliver) {
+    std::uint64_t delivered = 0;
+    while (delivered < want) {
+      std::uint64_t seq;
+      {
+        Cursor c(view.txn, view.db.ready);
+        if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
+        seq = store::key_time_seq(c.key());
+      }
+      delivered += deliver(seq, indexed_header(view, seq), nullptr);
+    }
+  }
+
+  // FIFO: messages in order of visible time and send order, from the heads
+  // of groups not held and, within this receive, from the groups already
+  // taken from (one receive may take several of a group, in order). Each
+  // group stays in order, and the oldest work goes first.
+  static void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group,
+                        const Deliver& deliver) {
+    struct Next {
+      Millis visible_at;
+      std::uint64_t seq;
+      std::string group;
+    };
+    auto later = [](const Next& a, const Next& b) {
+      return std::tie(a.visible_at, a.seq) > std::tie(b.visible_at, b.seq);
+    };
+    std::priority_queue<Next, std::vector<Next>, decltype(later)> continuing(later);
+    std::map<std::string, QueueView::GroupEdit> taken;
+    auto follow = [&](const std::string& group, std::uint64_t seq) {
+      if (one_per_group) return;
+      auto group_prefix = store::key_group_prefix(view.rec.qid, group);
+      std::uint64_t next;
+      {
+        Cursor c(view.txn, view.db.group_messages);
+        if (!c.seek(group_prefix + store::key_seq(seq + 1)) || !c.has_prefix(group_prefix))
+          return;
+        next = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
+      }
+      Millis visible_at = indexed_header(view, next).visible_at;
+      if (visible_at <= view.now) continuing.push({visible_at, next, group});
+    };
+    std::uint64_t delivered = 0;
+    while (delivered < want) {
+      std::optional<Next> head;
+      {
+        Cursor c(view.txn, view.db.heads);
+        if (c.seek(view.prefix) && c.has_prefix(view.prefix) &&
+            store::key_time(c.key()) <= view.now)
+          head = Next{store::key_time(c.key()), store::key_time_seq(c.key()),
+                      std::string(c.value())};
+      }
+      bool from_head = head && (continuing.empty() || !later(*head, continuing.top()));
+      if (!from_head && continuing.empty()) break;
+      Next pick = from_head ? std::move(*head) : continuing.top();
+      if (!from_head) continuing.pop();
+      auto edit = taken.find(pick.group);
+      if (edit == taken.end())
+        edit = taken
+                   .emplace(std::piecewise_construct, std::forward_as_tuple(pick.group),
+                            std::forward_as_tuple(view, pick.group))
+                   .first;
+      delivered += deliver(pick.seq, indexed_header(view, pick.seq), &edit->second);
+      follow(pick.group, pick.seq);
+    }
+    for (auto& [group, edit] : taken) edit.done();
+  }
+
   std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
@@ -1601,76 +972,10 @@ class LmdbBroker final : public Broker {
       out.push_back(std::move(m));
       return true;
     };
-    auto must_header = [&](std::uint64_t seq) {
-      auto header = view.find_header(db().messages, seq);
-      if (!header)
-        view.corrupt(fmt::format("message {} is indexed but has no record", store::message_id(seq)));
-      return std::move(*header);
-    };
-
-    if (!config.fifo) {
-      while (out.size() < want) {
-        std::uint64_t seq;
-        {
-          Cursor c(txn, db().ready);
-          if (!c.seek(view.prefix) || !c.has_prefix(view.prefix)) break;
-          seq = store::key_time_seq(c.key());
-        }
-        deliver(seq, must_header(seq), nullptr);
-      }
-    }
-    // FIFO: messages in order of visible time and send order, from the heads
-    // of groups not held and, within this receive, from the groups already
-    // taken from (one receive may take several of a group, in order). Each
-    // group stays in order, and the oldest work goes first.
-    if (config.fifo) {
-      struct Next {
-        Millis visible_at;
-        std::uint64_t seq;
-        std::string group;
-      };
-      auto later = [](const Next& a, const Next& b) {
-        return std::tie(a.visible_at, a.seq) > std::tie(b.visible_at, b.seq);
-      };
-      std::priority_queue<Next, std::vector<Next>, decltype(later)> continuing(later);
-      std::map<std::string, QueueView::GroupEdit> taken;
-      auto follow = [&](const std::string& group, std::uint64_t seq) {
-        if (options.one_per_group) return;
-        auto group_prefix = store::key_group_prefix(view.rec.qid, group);
-        std::uint64_t next;
-        {
-          Cursor c(txn, db().group_messages);
-          if (!c.seek(group_prefix + store::key_seq(seq + 1)) || !c.has_prefix(group_prefix))
-            return;
-          next = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
-        }
-        Millis visible_at = must_header(next).visible_at;
-        if (visible_at <= view.now) continuing.push({visible_at, next, group});
-      };
-      while (out.size() < want) {
-        std::optional<Next> head;
-        {
-          Cursor c(txn, db().heads);
-          if (c.seek(view.prefix) && c.has_prefix(view.prefix) &&
-              store::key_time(c.key()) <= view.now)
-            head = Next{store::key_time(c.key()), store::key_time_seq(c.key()),
-                        std::string(c.value())};
-        }
-        bool from_head = head && (continuing.empty() || !later(*head, continuing.top()));
-        if (!from_head && continuing.empty()) break;
-        Next pick = from_head ? std::move(*head) : continuing.top();
-        if (!from_head) continuing.pop();
-        auto edit = taken.find(pick.group);
-        if (edit == taken.end())
-          edit = taken
-                     .emplace(std::piecewise_construct, std::forward_as_tuple(pick.group),
-                              std::forward_as_tuple(view, pick.group))
-                     .first;
-        deliver(pick.seq, must_header(pick.seq), &edit->second);
-        follow(pick.group, pick.seq);
-      }
-      for (auto& [group, edit] : taken) edit.done();
-    }
+    if (config.fifo)
+      pick_fifo(view, want, options.one_per_group, deliver);
+    else
+      pick_standard(view, want, deliver);
     if (options.rate_limited) view.rate_take(out.size());
     // Another consumer was faster: when nothing moved, commit nothing. A
     // durable commit costs a sync and wakes every waiting receiver. (Expired
