@@ -727,7 +727,9 @@ class Worker {
     if (want_messages) {
       Millis wall_now = q::SystemClock().now();
       Millis next = broker_.next_delivery(o_.queue, true);
-      if (next != INT64_MAX) until = std::min(until, now + std::max<Millis>(0, next - wall_now));
+      // next is INT64_MIN when a message is ready: no subtraction from it.
+      if (next <= wall_now) until = now;
+      else if (next != INT64_MAX) until = std::min(until, now + (next - wall_now));
       if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at()));
     }
     std::vector<pollfd> fds;
