@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -48,6 +49,35 @@ struct Model {
   std::map<std::string, std::pair<std::uint64_t, Millis>> dedup;
   QueueCounters counters;
   std::uint64_t next_seq = 1;
+  // The shared rate budget (QueueConfig::rate), as q-config(1) documents it:
+  // one start every 1/rate s, a burst of a tenth of a second's worth, a state
+  // never further ahead of now than a burst and one interval, reset when the
+  // rate changes.
+  std::int64_t rate_tat_us = 0;
+  double interval_us() const { return 1e6 / config.rate; }
+  double tolerance_us() const { return interval_us() * std::floor(config.rate / 10); }
+  double rate_tat(double now_us) const {
+    double tat = std::max(static_cast<double>(rate_tat_us), now_us);
+    return std::min(tat, now_us + tolerance_us() + interval_us());
+  }
+  std::uint64_t rate_allows() const {
+    if (config.rate <= 0) return UINT64_MAX;
+    double now_us = static_cast<double>(now) * 1000;
+    double tat = rate_tat(now_us);
+    if (tat > now_us + tolerance_us()) return 0;
+    return static_cast<std::uint64_t>((now_us + tolerance_us() - tat) / interval_us()) + 1;
+  }
+  Millis rate_ready_at() const {
+    if (config.rate <= 0) return INT64_MIN;
+    double now_us = static_cast<double>(now) * 1000;
+    if (static_cast<double>(rate_tat_us) > now_us + tolerance_us() + interval_us()) return now;
+    return static_cast<Millis>(std::ceil((rate_tat(now_us) - tolerance_us()) / 1000));
+  }
+  void rate_take(std::uint64_t starts) {
+    if (config.rate <= 0 || starts == 0) return;
+    double tat = rate_tat(static_cast<double>(now) * 1000);
+    rate_tat_us = static_cast<std::int64_t>(tat + interval_us() * static_cast<double>(starts));
+  }
 
   MMsg* by_receipt(const std::string& receipt) {
     auto parsed = store::parse_receipt(receipt);
@@ -76,6 +106,7 @@ struct Model {
   // retention (counted from when they became available) and dead letters past
   // 14 days go, at most 1000 of each, oldest first.
   void maintain() {
+    if (config.rate > 0) rate_tat_us = static_cast<std::int64_t>(rate_tat(static_cast<double>(now) * 1000));
     auto expire = [&](std::map<std::uint64_t, MMsg>& from, auto time_of) {
       std::vector<std::pair<Millis, std::uint64_t>> due;
       for (auto& [seq, m] : from)
@@ -169,7 +200,7 @@ class Run {
 
     for (int step = 0; step < 400 && !in_.empty(); ++step) {
       m_.now = clock_.now();
-      switch (in_.below(14)) {
+      switch (in_.below(15)) {
         case 0: case 1: send(); break;
         case 2: case 3: receive(); break;
         case 4: ack(); break;
@@ -181,6 +212,7 @@ class Run {
         case 11: if (in_.below(4) == 0) purge(); else advance(); break;
         case 12: reopen(); break;
         case 13: import(); break;
+        case 14: configure_rate(); break;
       }
       compare_state();
       check_verify();
@@ -322,17 +354,26 @@ class Run {
     Millis vt = vts[in_.below(5)];
     if (vt >= 0) options.visibility_timeout = vt;
     Millis timeout = vt >= 0 ? vt : m_.config.visibility_timeout;
-    trace_.push_back(fmt::format("t={} receive -n {} vt {}", m_.now, options.max_messages, vt));
+    options.rate_limited = m_.config.rate > 0 && in_.coin();
+    trace_.push_back(fmt::format("t={} receive -n {} vt {}{}", m_.now, options.max_messages, vt,
+                                 options.rate_limited ? " rate-limited" : ""));
 
     std::vector<Message> got;
     auto kind = attempt([&] { got = broker_->receive("m", options); });
     expect_kind("receive", kind, std::nullopt);
-    // An idle receive writes nothing; one with something due runs maintenance.
-    if (m_.any_visible()) m_.maintain();
+    // An idle receive writes nothing (nothing visible, or the rate budget not
+    // ready); one with something due runs maintenance, then takes what the
+    // budget allows.
+    std::uint64_t want = 0;
+    if (m_.any_visible() && (!options.rate_limited || m_.rate_ready_at() <= m_.now)) {
+      m_.maintain();
+      want = std::min<std::uint64_t>(options.max_messages,
+                                     options.rate_limited ? m_.rate_allows() : UINT64_MAX);
+    }
 
     std::vector<MMsg> expected;
     std::set<std::uint64_t> taken;
-    while (expected.size() < options.max_messages) {
+    while (expected.size() < want) {
       MMsg* m = m_.next_visible(taken);
       if (!m) break;
       if (m_.config.max_receives != 0 && m->receive_count >= m_.config.max_receives) {
@@ -352,6 +393,7 @@ class Run {
       taken.insert(m->seq);
       expected.push_back(*m);
     }
+    if (options.rate_limited) m_.rate_take(expected.size());
     if (got.size() != expected.size())
       disagree(trace_, fmt::format("receive: {} messages, the model {}", got.size(), expected.size()));
     for (std::size_t k = 0; k < got.size(); ++k) {
@@ -648,6 +690,19 @@ class Run {
     if (got != expected)
       disagree(trace_, fmt::format("import: ids [{}], the model [{}]", fmt::join(got, " "),
                                    fmt::join(expected, " ")));
+  }
+
+  // A rate change mid-stream: the shared state of the old rate must not hold
+  // back the new one (issue 12, break 5).
+  void configure_rate() {
+    static const double rates[] = {0, 1.0 / 3600, 2, 100};
+    ConfigChange change;
+    change.rate = rates[in_.below(4)];
+    trace_.push_back(fmt::format("t={} config rate {}", m_.now, *change.rate));
+    auto kind = attempt([&] { broker_->configure("m", change); });
+    expect_kind("config", kind, std::nullopt);
+    if (*change.rate != m_.config.rate) m_.rate_tat_us = 0;
+    m_.config.rate = *change.rate;
   }
 
   void purge() {
