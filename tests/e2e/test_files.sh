@@ -133,20 +133,6 @@ TMPDIR=/nonexistent "$Q" send s one >/dev/null || fail "send with TMPDIR=/nonexi
 assert_exit 0 env TMPDIR=/nonexistent "$Q" receive s
 
 # ---- break 15: a long-running q work notices that its file was deleted or replaced ----------
-# wait_exit PID: the exit code of a background job, polling up to 10 s; 124 if still running.
-wait_exit() {
-  local pid=$1 i
-  for ((i = 0; i < 200; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid"
-      return $?
-    fi
-    sleep 0.05
-  done
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  return 124
-}
 for how in delete replace; do
   rm -f "$Q_FILE"* "$T/ran"
   "$Q" create w >/dev/null || die "create"
@@ -166,7 +152,7 @@ for how in delete replace; do
     mv "$T/new.q" "$Q_FILE"
   fi
   "$Q" send w second >/dev/null
-  wait_exit "$worker"
+  exit_within "$worker" 10
   rc=$?
   assert_eq 74 "$rc" "$how: q work exits 74 when its file was ${how}d"
   err=$(<"$T/work.err")

@@ -23,20 +23,6 @@ started() {
   done
   return 1
 }
-# exit_within PID SECONDS: the job's exit code, or 124 when it still runs then.
-exit_within() {
-  local pid=$1 i
-  for ((i = 0; i < $2 * 20; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid"
-      return $?
-    fi
-    sleep 0.05
-  done
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  return 124
-}
 
 # ---- a sender who cannot write FILE-wake still wakes a waiting receiver ------------------
 S=$T/shared
