@@ -251,7 +251,9 @@ class LmdbBroker final : public Broker {
       }
       now = clock_->now();
       if (now >= deadline || options.wait <= 0) return {};
-      Millis sleep = std::min(deadline, next_due) - now;
+      // Due but taken by another consumer (next_due may be INT64_MIN, "now"):
+      // look again shortly, or when the bell rings.
+      Millis sleep = next_due <= now ? 1 : std::min(deadline, next_due) - now;
       if (bell)
         bell->wait(rings, sleep);
       else
