@@ -131,6 +131,15 @@ wait $holder
 wait $w
 assert_eq 0 $? "the command was not timed out by the lock wait: $(cat "$T/tq.err")"
 
+# hold_writer_lock: takes the queue file's writer lock (as q does, an flock on
+# the file) in the background until $T/release exists; sets $holder.
+hold_writer_lock() {
+  rm -f "$T/release" "$T/locked2"
+  flock "$Q_FILE" sh -c 'touch "$T/locked2"; while [ ! -e "$T/release" ]; do sleep 0.05; done' &
+  holder=$!
+  wait_until 60 exists "$T/locked2" || die "the lock helper never got the lock"
+}
+
 # ---- issue 17 §4: a long writer-lock wait never ends q work (no exit 69) -------------------
 # Held longer than --lock-timeout, both before a receive and before an ack; the
 # running command is never abandoned.
@@ -141,9 +150,7 @@ rm -f "$T/go" "$T/started" "$T/ended" "$T/release"
   'touch "$T/started"; while [ ! -e "$T/go" ]; do sleep 0.05; done; touch "$T/ended"' 2>"$T/lw.err" &
 w=$!
 wait_until 60 exists "$T/started" || die "the command never started"
-flock "$Q_FILE" sh -c 'touch "$T/locked2"; while [ ! -e "$T/release" ]; do sleep 0.05; done' &
-holder=$!
-wait_until 60 exists "$T/locked2" || die "the lock helper never got the lock"
+hold_writer_lock
 touch "$T/go"
 wait_until 60 exists "$T/ended" || fail "the command did not finish"
 wait_until 60 contains "$T/lw.err" "writer lock" || fail "the wait is not reported: $(cat "$T/lw.err")"
@@ -156,10 +163,7 @@ assert_eq 1 "$(stat_field lw acked)" "the message was acked once the lock was fr
 
 # Before the first receive too.
 "$Q" send lw two >/dev/null
-rm -f "$T/release" "$T/locked2"
-flock "$Q_FILE" sh -c 'touch "$T/locked2"; while [ ! -e "$T/release" ]; do sleep 0.05; done' &
-holder=$!
-wait_until 60 exists "$T/locked2" || die "the lock helper never got the lock"
+hold_writer_lock
 "$Q" --lock-timeout 300ms work lw --max-messages 1 -- true 2>"$T/lw2.err" &
 w=$!
 wait_until 60 contains "$T/lw2.err" "writer lock" || fail "the wait is not reported: $(cat "$T/lw2.err")"
