@@ -290,8 +290,8 @@ std::unique_ptr<Env> Env::open(const OpenOptions& options) {
     if (errno == EACCES) fail_access(path, "cannot open queue file");
     if (errno != ENOENT) fail_errno(errno, path, "cannot open queue file");
     if (!options.create)
-      throw Error(ErrorKind::NotFound,
-                  fmt::format("{}: no such queue file (make one with 'q create QUEUE')", path));
+      throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path))
+          .with_remedy(Remedy::CreateFile);
     make_dirs(parent_dir(path));
     refuse_network_filesystem(path);
     if (env->stage()) return env;
@@ -852,13 +852,10 @@ void Env::copy_to(const std::string& target) {
 
   // Leftovers of backups that were killed, then a temporary file of our own
   // that nobody else can read meanwhile (0600 until it has the source's mode).
-  files::remove_stale_temps(target);
-  std::string temporary;
-  int copy = files::create_temp_beside(target, 0600, temporary);
+  files::AtomicFile file(target, 0600);
+  const int copy = file.fd();
   if (copy < 0) fail_errno(errno, target, "cannot write the copy");
   auto give_up = [&](int err, const std::string& doing) {
-    ::close(copy);
-    ::unlink(temporary.c_str());
     if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO)
       throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", target, doing,
                                              err == EIO ? "I/O error or disk full" : "disk full"));
@@ -869,8 +866,6 @@ void Env::copy_to(const std::string& target) {
     if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG || rc == EIO || rc == EACCES || rc == EPERM ||
         rc == EROFS)
       give_up(rc, "cannot write the copy");
-    ::close(copy);
-    ::unlink(temporary.c_str());
     fail(rc, "cannot copy");
   }
   // The source's group where this user may give it (its own groups; root
@@ -879,14 +874,7 @@ void Env::copy_to(const std::string& target) {
   if (fchown(copy, static_cast<uid_t>(-1), source.st_gid) != 0 && errno != EPERM)
     give_up(errno, "cannot set the copy's group");
   if (fchmod(copy, source.st_mode & 0777) != 0) give_up(errno, "cannot set the copy's mode");
-  if (fsync(copy) != 0) give_up(errno, "cannot write the copy");
-  if (::rename(temporary.c_str(), target.c_str()) != 0) give_up(errno, "cannot write the copy");
-  ::close(copy);
-  int dir = ::open(parent_dir(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    fsync(dir);
-    ::close(dir);
-  }
+  if (!file.commit(true)) give_up(errno, "cannot write the copy");
 }
 
 // ---- Txn --------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include "broker.hpp"
 #include "lmdb_store.hpp"
 #include "records.hpp"
+#include "rules.hpp"
 
 namespace q {
 
@@ -474,12 +475,8 @@ class QueueView {
 
   // The current delivery a receipt names; throws Error(InvalidData or Stale).
   Delivery current_delivery(const std::string& receipt) {
+    check_receipt(receipt);
     auto parsed = store::parse_receipt(receipt);
-    if (!parsed)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
-                              "receive', like m1f.0123456789abcdef)",
-                              receipt));
     auto header = find_header(db.messages, parsed->seq);
     auto id = store::message_id(parsed->seq);
     if (!header) {
@@ -512,10 +509,5 @@ Message to_message(std::uint64_t seq, const Header& h, store::Body body, Message
 
 // A live message's state at `now`.
 MessageState state_of(const Header& h, Millis now);
-
-// What a send (or an import) must refuse in a message's attributes and dedup
-// id; throws Error(InvalidData) naming the queue.
-void check_outgoing(const std::string& queue, const OutgoingMessage& m);
-void check_attribute_bytes(const std::string& queue, const Attributes& attributes);
 
 }  // namespace q
