@@ -51,6 +51,10 @@ void upgrade_file(Txn& txn) {
     auto g = decode_group(v, from);
     return g ? std::optional(encode(*g)) : std::nullopt;
   });
+  rewrite_all(txn, db.heads, "heads", [&](std::string_view v) -> std::optional<std::string> {
+    auto group = decode_head(v, from);
+    return group ? std::optional(encode_head(*group)) : std::nullopt;
+  });
   for (const char* key : {kNextSeqKey, kNextQidKey}) {
     auto bytes = txn.get(db.meta, key);
     if (!bytes) continue;

@@ -5,7 +5,7 @@
 
 namespace q::store {
 
-// Rewrites every record whose layout changed since format 1 (dedup, done,
+// Rewrites every record whose layout changed since format 1 (dedup, done, head,
 // group and meta values, which gained a checksum and a version byte) and sets
 // `q-format` to kFormatVersion, inside `txn`, a write transaction: the file is
 // upgraded when it commits, or not at all. Throws Error(Io) naming the entry

@@ -191,9 +191,14 @@ class Verifier {
           auto seq = key_q_seq_seq(first.key().substr(group_prefix.size() - 4));
           auto bytes = txn_.get(db_.messages, key_q_seq(qid, seq));
           auto header = bytes ? decode_header(*bytes) : std::nullopt;
-          if (header && !heads.erase(key_q_time_seq(qid, header->visible_at, seq)))
+          auto head_key = header ? key_q_time_seq(qid, header->visible_at, seq) : "";
+          if (header && !heads.erase(head_key))
             problem(fmt::format("queue {}: group {}: its head {} is not offered", q.name, group,
                                 message_id(seq)));
+          else if (auto offered = header ? txn_.get(db_.heads, head_key) : std::nullopt;
+                   offered && decode_head(*offered, txn_.format()) != group)
+            problem(fmt::format("queue {}: group {}: the heads entry of {} is damaged", q.name,
+                                group, message_id(seq)));
         }
       }
     }

@@ -241,7 +241,7 @@ class QueueView {
     if (!header) corrupt(fmt::format("group {} lists a missing message", group));
     auto key = store::key_q_time_seq(rec.qid, header->visible_at, seq);
     if (offer)
-      txn.put(db.heads, key, group);
+      txn.put(db.heads, key, store::encode_head(group));
     else
       txn.del(db.heads, key);
   }

@@ -154,6 +154,7 @@ constexpr std::uint8_t kGroupVersion = 1;
 constexpr std::uint8_t kDedupVersion = 1;
 constexpr std::uint8_t kDoneVersion = 1;
 constexpr std::uint8_t kMetaVersion = 1;
+constexpr std::uint8_t kHeadVersion = 1;
 
 // Format 1 stored these values as bare native-endian integers.
 template <typename T>
@@ -474,6 +475,21 @@ std::optional<DoneRecord> decode_done(std::string_view bytes, std::uint32_t form
   d.expires = r.i64();
   if (!r.done()) return std::nullopt;
   return d;
+}
+
+std::string encode_head(std::string_view group) {
+  Writer w;
+  w.begin();
+  w.u8(kHeadVersion);
+  w.tail(group);
+  return w.seal();
+}
+
+std::optional<std::string> decode_head(std::string_view bytes, std::uint32_t format) {
+  if (format < 2) return std::string(bytes);
+  Reader r(bytes);
+  if (r.u8() != kHeadVersion || !r.ok()) return std::nullopt;
+  return r.rest();
 }
 
 std::string encode_meta_number(std::uint64_t value) {

@@ -130,6 +130,12 @@ std::string encode(const DoneRecord& record);
 std::optional<DoneRecord> decode_done(std::string_view bytes,
                                       std::uint32_t format = kFormatVersion);
 
+// A FIFO group's head offered for delivery (value of `heads`): the group's
+// name. Format 1 stored the bare name.
+std::string encode_head(std::string_view group);
+std::optional<std::string> decode_head(std::string_view bytes,
+                                       std::uint32_t format = kFormatVersion);
+
 // The numbers of the meta database (next-seq, next-qid). Format 1 stored a
 // bare u64 (next-seq) or u32 (next-qid); format 2 a checksummed u64 for both.
 std::string encode_meta_number(std::uint64_t value);

@@ -244,6 +244,7 @@ TEST(Records, Format2ValuesCarryAChecksumAndAVersion) {
   auto done = store::encode(store::DoneRecord{-5});
   auto group = store::encode(store::GroupRecord{3, 1});
   auto number = store::encode_meta_number(77);
+  auto head = store::encode_head("alice");
   EXPECT_EQ(dedup.size(), 4u + 1 + 8 + 8);
   EXPECT_EQ(done.size(), 4u + 1 + 8);
   EXPECT_EQ(group.size(), 4u + 1 + 8 + 8);
@@ -254,6 +255,8 @@ TEST(Records, Format2ValuesCarryAChecksumAndAVersion) {
   EXPECT_EQ(store::decode_group(group)->messages, 3u);
   EXPECT_EQ(store::decode_group(group)->in_flight, 1u);
   EXPECT_EQ(store::decode_meta_number(number), 77u);
+  EXPECT_EQ(head.size(), 4u + 1 + 5);
+  EXPECT_EQ(store::decode_head(head), "alice");
   // Any flipped bit is caught, in the checksum, the version or a field, and so
   // is a value cut short.
   auto each_damage = [](const std::string& bytes, auto decodes) {
@@ -267,6 +270,9 @@ TEST(Records, Format2ValuesCarryAChecksumAndAVersion) {
   each_damage(dedup, [](const std::string& b) { return store::decode_dedup(b).has_value(); });
   each_damage(done, [](const std::string& b) { return store::decode_done(b).has_value(); });
   each_damage(group, [](const std::string& b) { return store::decode_group(b).has_value(); });
+  each_damage(head, [](const std::string& b) {
+    return store::decode_head(b) == std::optional<std::string>("alice");
+  });
   each_damage(number,
               [](const std::string& b) { return store::decode_meta_number(b).has_value(); });
   // Format 1 layouts are read only when the file says format 1.
@@ -281,6 +287,8 @@ TEST(Records, Format2ValuesCarryAChecksumAndAVersion) {
   EXPECT_EQ(store::decode_meta_number(old_seq, 1), 5u);
   EXPECT_EQ(store::decode_meta_number(old_qid, 1), 3u);
   EXPECT_FALSE(store::decode_meta_number(old_seq));
+  EXPECT_EQ(store::decode_head("bob", 1), "bob");
+  EXPECT_FALSE(store::decode_head("bob"));
   EXPECT_EQ(store::decode_format(store::encode_format(2)), 2u);
 }
 
