@@ -30,10 +30,6 @@ namespace {
 // commit_small_change).
 constexpr std::size_t kBulkSend = 1000;
 
-std::string_view bytes_of(const std::uint64_t& v) {
-  return {reinterpret_cast<const char*>(&v), sizeof v};
-}
-
 [[noreturn]] void no_such_queue(const std::string& queue) {
   throw Error(ErrorKind::NotFound, fmt::format("queue {}: no such queue", queue))
       .with_remedy(Remedy::CreateQueue, queue);
@@ -293,10 +289,10 @@ class LmdbBroker final : public Broker {
     Txn txn(*env_, Txn::Read);
     auto rec = must_load(txn, queue);
     auto entry = txn.get(db().done, store::key_q_bytes(rec.qid, key));
-    if (!entry || entry->size() != 8) return false;
-    Millis expires = 0;
-    std::memcpy(&expires, entry->data(), 8);
-    return expires > clock_->now();
+    if (!entry) return false;
+    auto done = store::decode_done(*entry, txn.format());
+    if (!done) damaged_meta(fmt::format("queue {}: the done entry of key {}", queue, key));
+    return done->expires > clock_->now();
   }
 
   std::vector<ReceiptResult> do_ack(const std::string& queue,
@@ -625,33 +621,38 @@ class LmdbBroker final : public Broker {
   void remember_done(QueueView& view, const std::string& key, Millis keep) {
     Millis expires = view.now + keep;
     auto done_key = store::key_q_bytes(view.rec.qid, key);
-    if (auto old = view.txn.get(db().done, done_key); old && old->size() == 8) {
-      Millis old_expires = 0;
-      std::memcpy(&old_expires, old->data(), 8);
-      view.txn.del(db().done_expiry, store::key_q_time_bytes(view.rec.qid, old_expires, key));
+    if (auto old = view.txn.get(db().done, done_key)) {
+      auto old_done = store::decode_done(*old, view.txn.format());
+      if (!old_done) damaged_meta(fmt::format("queue {}: the done entry of key {}", view.name, key));
+      view.txn.del(db().done_expiry,
+                   store::key_q_time_bytes(view.rec.qid, old_done->expires, key));
     }
-    view.txn.put(db().done, done_key, {reinterpret_cast<const char*>(&expires), 8});
+    view.txn.put(db().done, done_key, store::encode(store::DoneRecord{expires}));
     view.txn.put(db().done_expiry, store::key_q_time_bytes(view.rec.qid, expires, key), {});
   }
 
   std::uint32_t next_qid(Txn& txn) {
-    auto bytes = txn.get(db().meta, store::kNextQidKey);
-    std::uint32_t qid = 1;
-    if (bytes && bytes->size() == 4) std::memcpy(&qid, bytes->data(), 4);
-    std::uint32_t next = qid + 1;
-    txn.put(db().meta, store::kNextQidKey, {reinterpret_cast<const char*>(&next), 4});
+    auto qid = static_cast<std::uint32_t>(meta_u64(txn, store::kNextQidKey));
+    set_meta_u64(txn, store::kNextQidKey, qid + 1);
     return qid;
   }
 
   std::uint64_t meta_u64(Txn& txn, const char* key) {
     auto bytes = txn.get(db().meta, key);
-    std::uint64_t v = 1;
-    if (bytes && bytes->size() == 8) std::memcpy(&v, bytes->data(), 8);
-    return v;
+    if (!bytes) return 1;
+    auto v = store::decode_meta_number(*bytes, txn.format());
+    if (!v) damaged_meta(fmt::format("meta {}", key));
+    return *v;
   }
 
   void set_meta_u64(Txn& txn, const char* key, std::uint64_t v) {
-    txn.put(db().meta, key, bytes_of(v));
+    txn.put(db().meta, key, store::encode_meta_number(v));
+  }
+
+  [[noreturn]] void damaged_meta(const std::string& what) const {
+    throw Error(ErrorKind::Io, fmt::format("{}: {}: damaged (checksum mismatch); run 'q verify' "
+                                           "or restore a backup",
+                                           env_->path(), what));
   }
 
   static std::vector<std::string> keys_with_prefix(Txn& txn, MDB_dbi dbi,
@@ -726,7 +727,7 @@ class LmdbBroker final : public Broker {
     s.held_groups = rec.held_groups;
     for (const auto& [group, lapsed] : lapsed_in_group) {
       auto bytes = txn.get(db().groups, store::key_q_bytes(rec.qid, group));
-      auto g = bytes ? store::decode_group(*bytes) : std::nullopt;
+      auto g = bytes ? store::decode_group(*bytes, txn.format()) : std::nullopt;
       if (g && g->in_flight > 0 && lapsed >= g->in_flight && s.held_groups > 0) --s.held_groups;
     }
     Cursor age(txn, db().age);
