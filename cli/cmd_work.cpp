@@ -98,7 +98,7 @@ void add_work(CLI::App& app, Context& ctx) {
       ->type_name("DUR");
   cmd->add_option("--visibility-timeout", f->visibility_timeout,
                   "Lease length, 1s to 12h, renewed by a heartbeat every third of it (default: "
-                  "the queue's)")
+                  "the queue's visibility timeout)")
       ->type_name("DUR");
   cmd->add_option("--rate", f->rate,
                   "Start at most this many commands per second in this process (the queue's "
