@@ -95,6 +95,9 @@ assert_exit 2 "$Q" check sick --max-age 100ms
 assert_contains "$OUT" "oldest message" "critical on the oldest message's age"
 assert_exit 2 "$Q" check sick --min-rate 5/s --sample 300ms
 assert_contains "$OUT" "drain rate 0.00/s (min 5/s)" "nothing drains while a message waits"
+assert_contains "$OUT" "'sick_out_rate'=0.000;;5:;0" "a minimum threshold in perfdata range syntax"
+assert_exit 3 "$Q" check sick --min-rate 5/s --sample 2s -t 1s
+assert_contains "$OUT" "must be shorter than -t/--timeout" "--sample must fit in --timeout"
 assert_exit 3 "$Q" check nosuch
 assert_contains "$OUT" "Q UNKNOWN" "unknown queue: UNKNOWN"
 assert_exit 3 "$Q" -f "$T/missing.q" check
