@@ -117,7 +117,7 @@ void add_work(CLI::App& app, Context& ctx) {
       ->type_name("DUR");
   cmd->add_flag("--exit-when-empty", f->exit_when_empty,
                 "Exit once nothing is visible and nothing runs (for cron)");
-  cmd->add_option("--max-messages", f->max_messages, "Exit after taking N messages")
+  cmd->add_option("-n,--max-messages", f->max_messages, "Exit after taking N messages")
       ->type_name("N");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
   cmd->callback([f, &ctx] { run_work(*f, ctx); });

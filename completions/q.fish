@@ -27,7 +27,7 @@ function __q_vals
         case 'q receive'
             printf "%s\n" -n --max --wait --visibility-timeout
         case 'q work'
-            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace --max-messages
+            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages
         case 'q extend'
             printf "%s\n" --by
         case 'q nack'
@@ -293,7 +293,7 @@ complete -c q -n '__q_at "q work"' -l idempotency-key -x -d 'Skip (ack without r
 complete -c q -n '__q_at "q work"' -l idempotency-window -x -d 'How long a done key is remembered (default: the queue\'s retention)'
 complete -c q -n '__q_at "q work"' -l grace -x -d 'On SIGTERM/SIGINT, let running commands finish this long, then stop them and release each message once its command has exited (default 30s)'
 complete -c q -n '__q_at "q work"' -l exit-when-empty -d 'Exit once nothing is visible and nothing runs (for cron)'
-complete -c q -n '__q_at "q work"' -l max-messages -x -d 'Exit after taking N messages'
+complete -c q -n '__q_at "q work"' -s n -l max-messages -x -d 'Exit after taking N messages'
 complete -c q -n '__q_at "q work"' -s q -l quiet -d 'No progress line, notes or summary on stderr'
 
 # q extend
