@@ -16,6 +16,7 @@
 #include "context.hpp"
 #include "files.hpp"
 #include "error.hpp"
+#include "help.hpp"
 #include "input.hpp"
 #include "lmdb_broker.hpp"
 #include "output.hpp"
@@ -73,35 +74,11 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
 bool write_stdout(const std::string& data) {
   if (q::files::write_all(STDOUT_FILENO, data)) return true;
   if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
-  std::cerr << "q: cannot write to standard output: " << std::strerror(errno) << "\n";
+  std::cerr << error_prefix_text() << ": cannot write to standard output: " << std::strerror(errno) << "\n";
   return false;
 }
 
 namespace {
-
-constexpr const char* kFooter = R"(Queue file: -f/--file, else $Q_FILE, else
-  ${XDG_DATA_HOME:-$HOME/.local/share}/q/default.q
-
-Durations: 500ms, 30s, 5m, 2h, 4d, combinations like 1h30m, or a bare number of
-  seconds. Rates: 50/s, 3000/m, 10/h.
-Times: RFC 3339 (2026-11-30T08:00:00Z) or @UNIX_SECONDS.
-
-Exit codes:
-   0  success
-   1  nothing to receive
-   3  stale receipt (the message was redelivered, acked, released or dead-lettered)
-   4  q work: at least one message failed (released for a retry or dead-lettered)
-      (q check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)
-  64  usage error
-  65  bad input data (too large, malformed receipt or attribute)
-  66  not found (no such queue file, queue or message)
-  69  busy: the writer lock was not granted within --lock-timeout
-  74  I/O error, disk full, corrupt or incompatible queue file
-  75  queue full, try later (nothing was written)
-  77  permission denied
-
-Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME.
-Run 'q COMMAND --help' for a command's options.)";
 
 // The first argument that is neither an option nor a global option's value.
 std::string command_name(int argc, char** argv) {
@@ -117,18 +94,40 @@ std::string command_name(int argc, char** argv) {
   return {};
 }
 
-// CLI11 only says "A subcommand is required" for a mistyped command.
+// The deepest command named on the command line: "q dlq list".
+CLI::App* named_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (at == &app && (arg == "-f" || arg == "--file" || arg == "--lock-timeout")) {
+      ++i;
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    CLI::App* sub = nullptr;
+    try {
+      sub = at->get_subcommand(arg);
+    } catch (const CLI::OptionNotFound&) {
+    }
+    if (!sub || sub->get_group().empty()) {
+      if (at != &app) break;
+      return nullptr;  // an unknown command
+    }
+    at = sub;
+  }
+  return at;
+}
+
+// "q CMD: what is wrong (see 'q CMD --help')". CLI11 only says "A subcommand
+// is required" for a mistyped command.
 std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
   std::string command = command_name(argc, argv);
-  if (!command.empty()) {
-    try {
-      app.get_subcommand(command);
-    } catch (const CLI::OptionNotFound&) {
-      return fmt::format("unknown command '{}'", command);
-    }
-  }
-  if (argc <= 1) return "a command is required";
-  return e.what();
+  CLI::App* at = named_command(app, argc, argv);
+  if (!command.empty() && !at) return fmt::format("unknown command '{}' (see 'q --help')", command);
+  if (argc <= 1) return "a command is required (see 'q --help')";
+  std::string path = command_path(at);
+  return fmt::format("{} (see '{} --help')", e.what(), path);
 }
 
 }  // namespace
@@ -142,13 +141,13 @@ int run(int argc, char** argv) {
 
   // What libq wants a user to know, that is no error: one line on stderr.
   q::store::set_notice_handler([](const std::string& message) {
-    std::cerr << "q: warning: " << message << "\n" << std::flush;
+    std::cerr << error_prefix_text() << ": warning: " << message << "\n" << std::flush;
   });
 
   Context ctx;
   CLI::App app{"q: a durable message queue in one file, for shell scripts and cron jobs.",
                "q"};
-  app.footer(kFooter);
+  app.formatter(help_formatter());
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version",
@@ -164,7 +163,18 @@ int run(int argc, char** argv) {
                  "Q_LOCK_TIMEOUT)")
       ->type_name("DUR");
 
+  // `q help CMD` is `q CMD --help`.
+  std::vector<std::string> words(argv + 1, argv + argc);
+  std::vector<char*> help_argv;
+  if (rewrite_help_command(words)) {
+    help_argv.push_back(argv[0]);
+    for (auto& w : words) help_argv.push_back(w.data());
+    argc = static_cast<int>(help_argv.size());
+    argv = help_argv.data();
+  }
   ctx.command = command_name(argc, argv);
+  // The spec describes every command: declare them all.
+  if (ctx.command == "cli-spec") ctx.command.clear();
   add_create(app, ctx);
   add_config(app, ctx);
   add_send(app, ctx);
@@ -186,6 +196,9 @@ int run(int argc, char** argv) {
   add_import(app, ctx);
   add_backup(app, ctx);
   add_verify(app, ctx);
+  add_cli_spec(app, ctx);
+  if (CLI::App* named = named_command(app, argc, argv); named && named != &app)
+    set_error_prefix(command_path(named));
 
   try {
     try {
@@ -197,14 +210,19 @@ int run(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      print_error(parse_error_text(app, argc, argv, e) + " (see 'q --help')");
+      // A monitoring plugin answers UNKNOWN (3) on stdout for any failure.
+      if (CLI::App* named = named_command(app, argc, argv); named && command_path(named) == "q check") {
+        std::string line = "Q UNKNOWN - " + parse_error_text(app, argc, argv, e) + "\n";
+        return write_stdout(line) ? 3 : kIoErr;
+      }
+      print_error(parse_error_text(app, argc, argv, e));
       return kUsage;
     }
   } catch (const q::Error& e) {
     print_error(error_text(e));
     return exit_code(e.kind());
   } catch (const std::bad_alloc&) {
-    std::cerr << "q: out of memory\n";
+    std::cerr << error_prefix_text() << ": out of memory\n";
     return kIoErr;
   }
   if (!ctx.out.empty() && !write_stdout(ctx.out)) return kIoErr;

@@ -1,7 +1,12 @@
 // q check [QUEUE] --max-dead --max-age --max-depth --min-rate: a monitoring
 // plugin (Nagios, Icinga, a cron job or systemd timer): one status line with
 // perfdata, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -24,14 +29,43 @@ const char* kStatusName[] = {"OK", "WARNING", "CRITICAL", "UNKNOWN"};
 
 struct CheckFlags {
   std::string queue;
-  std::optional<std::string> max_dead, max_age, max_depth, min_rate, sample;
+  std::optional<std::string> max_dead, max_age, max_depth, min_rate, sample, timeout;
 };
+
+// -t/--timeout: a plugin that hangs (a lock held, a slow disk) must still
+// answer: UNKNOWN on stdout, exit 3, as monitoring plugins do.
+constexpr q::Millis kDefaultTimeout = 10 * q::kSecond;
+volatile sig_atomic_t g_timeout_seconds = 0;
+
+void on_timeout(int) {
+  char line[96];
+  int n = std::snprintf(line, sizeof line, "Q UNKNOWN - timed out after %ds (-t/--timeout)\n",
+                        static_cast<int>(g_timeout_seconds));
+  if (n > 0) [[maybe_unused]] auto w = ::write(STDOUT_FILENO, line, static_cast<std::size_t>(n));
+  ::_exit(3);
+}
+
+void arm_timeout(q::Millis timeout) {
+  g_timeout_seconds = static_cast<int>((timeout + 999) / 1000);
+  struct sigaction sa {};
+  sa.sa_handler = on_timeout;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, nullptr);
+  itimerval t{};
+  t.it_value.tv_sec = timeout / 1000;
+  t.it_value.tv_usec = static_cast<suseconds_t>((timeout % 1000) * 1000);
+  setitimer(ITIMER_REAL, &t, nullptr);
+}
 
 // "CRIT" or "WARN,CRIT", each read by `parse`.
 struct Threshold {
   std::optional<double> warn, crit;
-  std::string text() const {
-    auto one = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : ""; };
+  // Perfdata "warn;crit" in the plugin range syntax: a minimum is "10:"
+  // (alert below 10), a maximum plain "10" (alert above 10).
+  std::string text(bool minimum = false) const {
+    auto one = [minimum](const std::optional<double>& v) {
+      return v ? fmt::format("{}{}", *v, minimum ? ":" : "") : "";
+    };
     return one(warn) + ";" + one(crit);
   }
 };
@@ -135,6 +169,15 @@ void run_check(const CheckFlags& f, Context& ctx) {
     auto max_age = threshold("--max-age", f.max_age, seconds_value);
     auto min_rate = threshold("--min-rate", f.min_rate, rate_flag, /*lower_bound=*/true);
     q::Millis sample = sample_flag(f.sample);
+    q::Millis timeout = duration_flag("-t/--timeout", f.timeout).value_or(kDefaultTimeout);
+    if (timeout < q::kSecond || timeout > kMaxSample + q::kMinute)
+      throw q::Error(q::ErrorKind::Usage, fmt::format("-t/--timeout '{}': must be between 1s and 11m",
+                                                      f.timeout.value_or("")));
+    if (min_rate && sample >= timeout)
+      throw q::Error(q::ErrorKind::Usage,
+                     fmt::format("--sample {} must be shorter than -t/--timeout {}",
+                                 q::format_duration(sample), q::format_duration(timeout)));
+    arm_timeout(timeout);
 
     auto broker = ctx.open();
     RateMeter meter;
@@ -158,14 +201,14 @@ void run_check(const CheckFlags& f, Context& ctx) {
         v.judge(s.name + ": drain rate", r.out_per_s, min_rate,
                 fmt::format("{:.2f}/s", r.out_per_s), "/s", /*below=*/true);
       auto perf = [&](const std::string& label, const std::string& value,
-                      const std::optional<Threshold>& t) {
+                      const std::optional<Threshold>& t, bool minimum = false) {
         v.perfdata += fmt::format(" '{}_{}'={};{};0", s.name, label, value,
-                                  t ? t->text() : std::string(";"));
+                                  t ? t->text(minimum) : std::string(";"));
       };
       perf("dead", std::to_string(s.dead), max_dead);
       perf("oldest_age", fmt::format("{:.3f}s", age), max_age);
       perf("depth", std::to_string(r.backlog()), max_depth);
-      if (min_rate) perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate);
+      if (min_rate) perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate, /*minimum=*/true);
     }
   } catch (const q::Error& e) {
     ctx.out += fmt::format("Q UNKNOWN - {}\n", error_text(e));
@@ -193,7 +236,8 @@ void add_check(CLI::App& app, Context& ctx) {
   if (!ctx.wants("check")) return;
   auto* cmd = app.add_subcommand(
       "check", "Check queue health for monitoring: one status line with perfdata; exit 0 OK, "
-               "1 WARNING, 2 CRITICAL, 3 UNKNOWN. Thresholds are CRIT or WARN,CRIT");
+               "1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error, usage errors included, on "
+               "stdout). Thresholds are CRIT or WARN,CRIT");
   cmd->add_option("QUEUE", f->queue, "Only this queue (default: every queue)");
   cmd->add_option("--max-dead", f->max_dead, "Dead letters above this are bad, like 0 or 0,10")
       ->type_name("[W,]C");
@@ -207,6 +251,11 @@ void add_check(CLI::App& app, Context& ctx) {
       ->type_name("[W,]C");
   cmd->add_option("--sample", f->sample, "How long --min-rate measures (default 2s)")
       ->type_name("DUR");
+  cmd->add_option("-t,--timeout", f->timeout,
+                  "Give up with UNKNOWN after this long (default 10s; 1s to 11m)")
+      ->type_name("DUR");
+  cmd->set_version_flag("-V,--version", fmt::format("q check {}", Q_VERSION),
+                        "Print the version and exit");
   cmd->callback([f, &ctx] { run_check(*f, ctx); });
 }
 

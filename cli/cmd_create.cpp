@@ -60,6 +60,7 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
                .num("max_size", c.max_size)
                .num("dedup_window_ms", c.dedup_window)
                .real("rate_per_second", c.rate)
+               .str("kind", c.fifo ? "fifo" : "standard")
                .boolean("fifo", c.fifo)
                .boolean("content_dedup", c.content_dedup)
                .done() +

@@ -11,10 +11,10 @@ void add_list(CLI::App& app, Context& ctx) {
   auto json = std::make_shared<bool>(false);
   if (!ctx.wants("list")) return;
   auto* cmd = app.add_subcommand("list", "List the queues of the file, one name a line");
-  cmd->add_flag("--json", *json, "One {\"name\":..} object a line");
+  cmd->add_flag("--json", *json, "One {\"queue\":..} object a line");
   cmd->callback([json, &ctx] {
     for (const auto& name : ctx.open()->list_queues())
-      ctx.out += *json ? JsonObject().str("name", name).done() + "\n" : name + "\n";
+      ctx.out += *json ? JsonObject().str("queue", name).done() + "\n" : name + "\n";
   });
 }
 

@@ -88,7 +88,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
     } catch (const q::Error& e) {
       if (moved == 0) throw;
       // Some moved already: say how many, and exit "partly done".
-      std::fprintf(stderr, "q: %s\nq: redrive stopped after %zu of %zu dead letters of %s\n",
+      std::fprintf(stderr, "q redrive: %s\nq redrive: redrive stopped after %zu of %zu dead letters of %s\n",
                    error_text(e).c_str(), moved, options.ids.size(), f.queue.c_str());
       ctx.exit = kPartial;
       return;
@@ -99,7 +99,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
       return;
     }
   }
-  std::fprintf(stderr, "q: redrove %zu of %zu dead letters of %s\n", moved, options.ids.size(),
+  std::fprintf(stderr, "q redrive: redrove %zu of %zu dead letters of %s\n", moved, options.ids.size(),
                f.queue.c_str());
 }
 
@@ -117,7 +117,7 @@ void add_redrive(CLI::App& app, Context& ctx) {
       ->type_name("ID")
       ->allow_extra_args(false);
   add_dead_filter_flags(cmd, f->filter);
-  cmd->add_option("--max", f->max, "Move at most N")->type_name("N");
+  cmd->add_option("-n,--max", f->max, "Move at most N")->type_name("N");
   cmd->add_option("--rate", f->rate,
                   "Trickle them back at N per second instead of all at once, like 5/s")
       ->type_name("N/s");

@@ -80,8 +80,22 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
 }
 
 // The node_exporter textfile-collector format.
-std::string prometheus(const std::vector<q::QueueStats>& all) {
+// Every series carries the queue file (`file`), so that two files with the
+// same queue names do not clash in one collector.
+std::string prometheus(const std::vector<q::QueueStats>& all, const std::string& file) {
   std::string out;
+  std::string escaped;
+  for (char c : file) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  auto labels = [&](const q::QueueStats& s) {
+    return fmt::format("file=\"{}\",queue=\"{}\"", escaped, s.name);
+  };
   auto family = [&](const char* name, const char* type, const char* help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
@@ -89,12 +103,12 @@ std::string prometheus(const std::vector<q::QueueStats>& all) {
   for (const auto& s : all) {
     for (auto [state, n] : {std::pair{"visible", s.visible}, std::pair{"in_flight", s.in_flight},
                             std::pair{"delayed", s.delayed}, std::pair{"dead", s.dead}})
-      out += fmt::format("q_messages{{queue=\"{}\",state=\"{}\"}} {}\n", s.name, state, n);
+      out += fmt::format("q_messages{{{},state=\"{}\"}} {}\n", labels(s), state, n);
   }
   family("q_oldest_message_age_seconds", "gauge",
          "Age of the oldest message that is visible or in flight (0 when there is none).");
   for (const auto& s : all)
-    out += fmt::format("q_oldest_message_age_seconds{{queue=\"{}\"}} {:.3f}\n", s.name,
+    out += fmt::format("q_oldest_message_age_seconds{{{}}} {:.3f}\n", labels(s),
                        static_cast<double>(s.oldest_age.value_or(0)) / 1000.0);
   struct Counter {
     const char* name;
@@ -116,18 +130,18 @@ std::string prometheus(const std::vector<q::QueueStats>& all) {
   for (const auto& c : counters) {
     family(c.name, "counter", c.help);
     for (const auto& s : all)
-      out += fmt::format("{}{{queue=\"{}\"}} {}\n", c.name, s.name, s.counters.*c.field);
+      out += fmt::format("{}{{{}}} {}\n", c.name, labels(s), s.counters.*c.field);
   }
   bool any_fifo = false;
   for (const auto& s : all) any_fifo |= s.config.fifo;
   if (any_fifo) {
     family("q_groups", "gauge", "FIFO queues: message groups with messages.");
     for (const auto& s : all)
-      if (s.config.fifo) out += fmt::format("q_groups{{queue=\"{}\"}} {}\n", s.name, s.groups);
+      if (s.config.fifo) out += fmt::format("q_groups{{{}}} {}\n", labels(s), s.groups);
     family("q_held_groups", "gauge", "FIFO queues: groups held by a delivery in flight.");
     for (const auto& s : all)
       if (s.config.fifo)
-        out += fmt::format("q_held_groups{{queue=\"{}\"}} {}\n", s.name, s.held_groups);
+        out += fmt::format("q_held_groups{{{}}} {}\n", labels(s), s.held_groups);
   }
   return out;
 }
@@ -138,7 +152,10 @@ void write_atomically(const std::string& path, const std::string& data) {
   q::files::AtomicFile file(path, 0644);
   auto fail = [&](const char* doing) {
     int err = errno;
-    throw q::Error(err == EACCES || err == EPERM ? q::ErrorKind::Permission : q::ErrorKind::Io,
+    // A missing directory is "not found" (66), as for q backup.
+    throw q::Error(err == EACCES || err == EPERM ? q::ErrorKind::Permission
+                   : err == ENOENT || err == ENOTDIR ? q::ErrorKind::NotFound
+                                                    : q::ErrorKind::Io,
                    fmt::format("--output {}: {}: {}", path, doing, std::strerror(err)));
   };
   if (file.fd() < 0) fail("cannot create");
@@ -184,9 +201,9 @@ void run_stats(const StatsFlags& f, Context& ctx) {
   auto all = ctx.open()->stats(f.queue);
   if (f.prometheus) {
     if (f.output)
-      write_atomically(*f.output, prometheus(all));
+      write_atomically(*f.output, prometheus(all, ctx.queue_file()));
     else
-      ctx.out += prometheus(all);
+      ctx.out += prometheus(all, ctx.queue_file());
     return;
   }
   if (f.json) {

@@ -69,13 +69,18 @@ class Screen {
 
 std::string sparkline(const std::deque<std::uint64_t>& history, std::size_t width) {
   static const char* bars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
-  std::uint64_t top = 0;
+  // At least 8 to a full bar: a steady depth of 1 is a low bar, not a full
+  // one; an empty queue shows nothing.
+  std::uint64_t top = 8;
   for (auto v : history) top = std::max(top, v);
   std::string out;
   std::size_t start = history.size() > width ? history.size() - width : 0;
   for (std::size_t i = start; i < history.size(); ++i) {
-    std::size_t level = top == 0 ? 0 : static_cast<std::size_t>(history[i] * 7 / top);
-    out += bars[level];
+    if (history[i] == 0) {
+      out += " ";
+      continue;
+    }
+    out += bars[static_cast<std::size_t>(history[i] * 7 / top)];
   }
   for (std::size_t i = history.size() - start; i < width; ++i) out += " ";
   return out;
@@ -178,7 +183,10 @@ void run_top(const TopFlags& f, Context& ctx) {
                            r.measured ? rate_text(r.in_per_s) : "-",
                            r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, spark),
                            short_duration(s.oldest_age),
-                           !r.measured ? "-" : empty ? short_duration(empty) : "never");
+                           // An idle empty queue has nothing to empty: "-".
+                           !r.measured || r.backlog() == 0 ? "-"
+                           : empty                        ? short_duration(empty)
+                                                          : "never");
       ++line;
     }
     if (queues.empty()) frame += "(no queues yet: q create QUEUE)\r\n";

@@ -98,7 +98,7 @@ void add_work(CLI::App& app, Context& ctx) {
       ->type_name("DUR");
   cmd->add_option("--visibility-timeout", f->visibility_timeout,
                   "Lease length, 1s to 12h, renewed by a heartbeat every third of it (default: "
-                  "the queue's)")
+                  "the queue's visibility timeout)")
       ->type_name("DUR");
   cmd->add_option("--rate", f->rate,
                   "Start at most this many commands per second in this process (the queue's "
@@ -117,7 +117,7 @@ void add_work(CLI::App& app, Context& ctx) {
       ->type_name("DUR");
   cmd->add_flag("--exit-when-empty", f->exit_when_empty,
                 "Exit once nothing is visible and nothing runs (for cron)");
-  cmd->add_option("--max-messages", f->max_messages, "Exit after taking N messages")
+  cmd->add_option("-n,--max-messages", f->max_messages, "Exit after taking N messages")
       ->type_name("N");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
   cmd->callback([f, &ctx] { run_work(*f, ctx); });

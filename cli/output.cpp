@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -186,8 +189,44 @@ std::string error_text(const q::Error& e) {
   return text;
 }
 
+namespace {
+std::string& error_prefix() {
+  static std::string prefix = "q";
+  return prefix;
+}
+}  // namespace
+
+void set_error_prefix(std::string command_path) { error_prefix() = std::move(command_path); }
+const std::string& error_prefix_text() { return error_prefix(); }
+
+std::size_t terminal_columns(int fd) {
+  winsize ws{};
+  if (isatty(fd) && ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+std::string fit_width(std::string_view line, std::size_t width) {
+  // Columns, not bytes: count UTF-8 lead bytes only.
+  std::size_t cols = 0, at = 0;
+  for (; at < line.size(); ++at) {
+    if ((static_cast<unsigned char>(line[at]) & 0xC0) == 0x80) continue;
+    if (cols == width) break;
+    ++cols;
+  }
+  if (at >= line.size()) return std::string(line);
+  // Too long: cut one column earlier and mark the cut.
+  std::size_t keep = 0;
+  cols = 0;
+  for (; keep < line.size(); ++keep) {
+    if ((static_cast<unsigned char>(line[keep]) & 0xC0) == 0x80) continue;
+    if (cols + 1 == width) break;
+    ++cols;
+  }
+  return std::string(line.substr(0, keep)) + (width > 0 ? "~" : "");
+}
+
 void print_error(std::string_view message) {
-  std::string line = "q: " + text_escape(message) + "\n";
+  std::string line = error_prefix() + ": " + text_escape(message) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

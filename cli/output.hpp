@@ -40,9 +40,19 @@ std::string flag_name(std::string_view field);
 // do next in q's own commands ('q create ...', 'q config ...').
 std::string error_text(const q::Error& e);
 
-// Writes "q: MESSAGE" to standard error, escaped as text_escape does: error
-// messages quote what users typed (a receipt with a trailing CR must show it).
+// Writes "q CMD: MESSAGE" to standard error, escaped as text_escape does:
+// error messages quote what users typed (a receipt with a trailing CR must
+// show it). The prefix is the command path ("q", "q send", "q dlq list"), one
+// style for every error; set once the command is known.
 void print_error(std::string_view message);
+void set_error_prefix(std::string command_path);
+const std::string& error_prefix_text();
+
+// The width of the terminal on `fd`, 80 when it is not a terminal.
+std::size_t terminal_columns(int fd);
+// `line` cut to at most `width` columns (UTF-8 aware), a "~" marking a cut:
+// a live line (q work's progress) must never wrap, or "\r" cannot redraw it.
+std::string fit_width(std::string_view line, std::size_t width);
 
 // Builds one JSON object a field at a time (nlohmann-json writes it).
 class JsonObject {

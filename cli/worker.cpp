@@ -24,6 +24,7 @@
 #include "error.hpp"
 #include "files.hpp"
 #include "stop_signals.hpp"
+#include "output.hpp"
 #include "timefmt.hpp"
 #include "utf8.hpp"
 
@@ -753,7 +754,7 @@ class Worker {
     std::string line = fmt::format("q work {}: {} | {:.1f}/s | depth {} | {}", o_.queue, counts(),
                                    rate, backlog, eta);
     clear_progress();
-    line = "\r" + line.substr(0, 200);
+    line = "\r" + fit_width(line, terminal_columns(STDERR_FILENO) - 1);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
     progress_shown_ = true;
   }

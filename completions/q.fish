@@ -27,7 +27,7 @@ function __q_vals
         case 'q receive'
             printf "%s\n" -n --max --wait --visibility-timeout
         case 'q work'
-            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace --max-messages
+            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages
         case 'q extend'
             printf "%s\n" --by
         case 'q nack'
@@ -39,11 +39,11 @@ function __q_vals
         case 'q dlq list'
             printf "%s\n" -n --max --reason --since
         case 'q redrive'
-            printf "%s\n" --id --reason --since --max --rate --to
+            printf "%s\n" --id --reason --since -n --max --rate --to
         case 'q top'
             printf "%s\n" --interval
         case 'q check'
-            printf "%s\n" --max-dead --max-age --max-depth --min-rate --sample
+            printf "%s\n" --max-dead --max-age --max-depth --min-rate --sample -t --timeout
     end
 end
 
@@ -287,13 +287,13 @@ complete -c q -n '__q_at "q work"' -l timeout -x -d 'SIGTERM a command still run
 complete -c q -n '__q_at "q work"' -l kill-after -x -d 'SIGKILL this long after the SIGTERM of a timeout or a stop (default 5s)'
 complete -c q -n '__q_at "q work"' -l backoff-base -x -d 'First retry delay ceiling (default 1s)'
 complete -c q -n '__q_at "q work"' -l backoff-cap -x -d 'Largest retry delay (default 15m)'
-complete -c q -n '__q_at "q work"' -l visibility-timeout -x -d 'Lease length, 1s to 12h, renewed by a heartbeat every third of it (default: the queue\'s)'
+complete -c q -n '__q_at "q work"' -l visibility-timeout -x -d 'Lease length, 1s to 12h, renewed by a heartbeat every third of it (default: the queue\'s visibility timeout)'
 complete -c q -n '__q_at "q work"' -l rate -x -d 'Start at most this many commands per second in this process (the queue\'s --rate limits all consumers together)'
 complete -c q -n '__q_at "q work"' -l idempotency-key -x -d 'Skip (ack without running) a message whose attribute ATTR, or else dedup id, matches one already done'
 complete -c q -n '__q_at "q work"' -l idempotency-window -x -d 'How long a done key is remembered (default: the queue\'s retention)'
 complete -c q -n '__q_at "q work"' -l grace -x -d 'On SIGTERM/SIGINT, let running commands finish this long, then stop them and release each message once its command has exited (default 30s)'
 complete -c q -n '__q_at "q work"' -l exit-when-empty -d 'Exit once nothing is visible and nothing runs (for cron)'
-complete -c q -n '__q_at "q work"' -l max-messages -x -d 'Exit after taking N messages'
+complete -c q -n '__q_at "q work"' -s n -l max-messages -x -d 'Exit after taking N messages'
 complete -c q -n '__q_at "q work"' -s q -l quiet -d 'No progress line, notes or summary on stderr'
 
 # q extend
@@ -325,7 +325,7 @@ complete -c q -n '__q_at "q stats"' -l interval -x -d 'With --watch: how often (
 
 # q list
 complete -c q -n '__q_at "q list"' -s h -l help -d 'Print this help message and exit'
-complete -c q -n '__q_at "q list"' -l json -d 'One {"name":..} object a line'
+complete -c q -n '__q_at "q list"' -l json -d 'One {"queue":..} object a line'
 
 # q dlq
 complete -c q -n '__q_need_sub "q dlq"' -a list -d 'List dead letters, oldest first: id, age, receive count, reason and a body preview (--json: whole records; --by-reason: counts per reason)'
@@ -357,7 +357,7 @@ complete -c q -n '__q_at "q redrive"' -s h -l help -d 'Print this help message a
 complete -c q -n '__q_at "q redrive"' -l id -x -d 'Move only this dead letter (repeatable)'
 complete -c q -n '__q_at "q redrive"' -l reason -x -d 'Only dead letters whose reason matches REGEX (ECMAScript, searched)'
 complete -c q -n '__q_at "q redrive"' -l since -x -d 'Only those dead-lettered within DUR'
-complete -c q -n '__q_at "q redrive"' -l max -x -d 'Move at most N'
+complete -c q -n '__q_at "q redrive"' -s n -l max -x -d 'Move at most N'
 complete -c q -n '__q_at "q redrive"' -l rate -x -d 'Trickle them back at N per second instead of all at once, like 5/s'
 complete -c q -n '__q_at "q redrive"' -l to -x -a '(__q_queues)' -d 'Move them to this queue instead'
 complete -c q -n '__q_at "q redrive"' -l dry-run -d 'Print what would move, move nothing'
@@ -374,6 +374,8 @@ complete -c q -n '__q_at "q check"' -l max-age -x -d 'Oldest message older than 
 complete -c q -n '__q_at "q check"' -l max-depth -x -d 'More waiting messages than this is bad'
 complete -c q -n '__q_at "q check"' -l min-rate -x -d 'Draining slower than this while messages wait is bad, like 10/s (measured over --sample)'
 complete -c q -n '__q_at "q check"' -l sample -x -d 'How long --min-rate measures (default 2s)'
+complete -c q -n '__q_at "q check"' -s t -l timeout -x -d 'Give up with UNKNOWN after this long (default 10s; 1s to 11m)'
+complete -c q -n '__q_at "q check"' -s V -l version -d 'Print the version and exit'
 
 # q purge
 complete -c q -n '__q_at "q purge"' -s h -l help -d 'Print this help message and exit'

@@ -8,6 +8,7 @@
 #include "error.hpp"
 #include "rules.hpp"
 #include "input.hpp"
+#include "help.hpp"
 #include "output.hpp"
 
 using namespace cli;
@@ -124,3 +125,23 @@ TEST(RateFlag, RefusesRatesWhoseIntervalDoesNotFit) {
   c.rate = 1.0 / 3600;
   EXPECT_NO_THROW(q::validate(c));
 }
+
+namespace cli {
+
+// q work's progress line is cut to the terminal, never inside a character.
+TEST(FitWidth, CutsToColumnsNotBytes) {
+  EXPECT_EQ(fit_width("short", 80), "short");
+  EXPECT_EQ(fit_width("abcdef", 6), "abcdef");
+  EXPECT_EQ(fit_width("abcdefg", 6), "abcde~");
+  EXPECT_EQ(fit_width("ééééé", 4), "ééé~");  // two bytes each, one column each
+}
+
+// Help text wraps at word boundaries, indenting the continuation lines.
+TEST(Wrap, BreaksAtWordsAndIndents) {
+  EXPECT_EQ(wrap("one two three", 9, 2, 0), "one two\n  three");
+  EXPECT_EQ(wrap("a b", 80, 4, 4), "    a b");
+  for (const auto& line : {wrap(std::string(30, 'x') + " y z", 20, 0, 0)})
+    EXPECT_EQ(line, std::string(30, 'x') + "\ny z");  // a long word stands alone
+}
+
+}  // namespace cli

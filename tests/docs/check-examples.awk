@@ -50,6 +50,7 @@ function check_q(i, n,    path, npos, t, name, flags) {
       continue
     }
     if (hassubs[path] && npos == 0) {
+      if (path == "q" && t == "help") continue   # q help [COMMAND...]
       if ((path SUBSEP t) in child) { path = path " " t; continue }
       if (t ~ /^[a-z]/) problem("'" path "' has no command " t)
       return skip(i, n)

@@ -133,3 +133,40 @@ done
 for v in $(awk -F'\t' '$1 == "env" { print $2 }' "$SPEC"); do
   grep -qxF -- "env	$v" "$items" || fail "man/q.1.scd: ENVIRONMENT lacks $v, which 'q --help' names"
 done
+
+# Each page's EXIT STATUS names only codes its command can return (the exit
+# codes `q cli-spec` gives for it, which its --help shows), and every default
+# an option entry states is the default its --help states.
+for page in "$MAN"/q-*.1.scd; do
+  c=$(basename "$page" .1.scd)
+  c=${c#q-}
+  grep -qxF -- "$c" <<<"$root_subs" || continue
+  name=$(basename "$page")
+  can=$(awk -F'\t' -v p="q $c" '$1 == "cexit" && ($2 == p || index($2, p " ") == 1) { print $3 }' "$SPEC" | sort -un)
+  for code in $(awk -F'\t' '$1 == "exit" { print $2 }' "$T/$name.items"); do
+    grep -qx -- "$code" <<<"$can" ||
+      fail "man/$name: EXIT STATUS names $code, but 'q $c --help' does not list it (exit codes in cli/help.cpp)"
+  done
+  # "*--max-size* _BYTES_" then its indented text: "... (default 1048576)".
+  awk '
+    /^\*-/ { flush(); head = $0; text = ""; next }
+    /^\t/ && head != "" { text = text " " $0; next }
+    { flush() }
+    END { flush() }
+    function flush(   n) {
+      gsub(/[ \t]+/, " ", text)
+      if (head != "" && match(text, /\(default:? [^;,)]+/)) {
+        d = substr(text, RSTART, RLENGTH); sub(/^\(default:? /, "", d)
+        n = head; gsub(/[*_]/, "", n); sub(/ .*/, "", n); sub(/,$/, "", n)
+        gsub(/\\/, "", d); gsub(/[ \t]+/, " ", d); sub(/ $/, "", d)
+        printf "%s\t%s\n", n, d
+      }
+      head = ""; text = ""
+    }' "$page" | while IFS=$'\t' read -r opt want; do
+    got=$(awk -F'\t' -v p="q $c" -v o="$opt" '
+      $1 == "default" && ($2 == p || index($2, p " ") == 1) {
+        k = split($3, ns, ","); for (i = 1; i <= k; i++) if (ns[i] == o) print $4 }' "$SPEC")
+    [[ -n $got ]] || { fail "man/$name: $opt: the page says default $want, --help states none"; continue; }
+    grep -qxF -- "$want" <<<"$got" || fail "man/$name: $opt: the page says default '$want', --help says '$(head -1 <<<"$got")'"
+  done
+done

@@ -22,8 +22,17 @@ assert_exit 64 "$Q" receive q1 -n 0
 assert_exit 64 "$Q" receive q1 -n abc
 [[ -e $Q_FILE ]] && fail "usage errors created the queue file"
 assert_exit 0 "$Q" --help
-assert_contains "$OUT" "Exit codes:" "--help shows the exit code table"
+assert_contains "$OUT" "Exit status:" "--help shows the exit code table"
 assert_exit 0 "$Q" send --help
+assert_contains "$OUT" "  75  queue full" "send --help shows the codes send can return"
+[[ $OUT == *"   1  nothing"* ]] && fail "send --help lists exit 1, which only receive returns"
+assert_exit 0 "$Q" help send
+assert_exit 64 "$Q" redrive
+assert_contains "$ERR" "q redrive: " "a parse error names its command"
+assert_contains "$ERR" "(see 'q redrive --help')" "a parse error points to the command's help"
+assert_exit 3 "$Q" check --max-dead
+assert_contains "$OUT" "Q UNKNOWN - " "q check: a usage error is UNKNOWN on stdout"
+assert_exit 3 "$Q" check --max-dead 2,1
 assert_exit 0 "$Q" --version
 assert_match '^q [0-9]' "$OUT" "--version"
 

@@ -95,6 +95,9 @@ assert_exit 2 "$Q" check sick --max-age 100ms
 assert_contains "$OUT" "oldest message" "critical on the oldest message's age"
 assert_exit 2 "$Q" check sick --min-rate 5/s --sample 300ms
 assert_contains "$OUT" "drain rate 0.00/s (min 5/s)" "nothing drains while a message waits"
+assert_contains "$OUT" "'sick_out_rate'=0.000;;5:;0" "a minimum threshold in perfdata range syntax"
+assert_exit 3 "$Q" check sick --min-rate 5/s --sample 2s -t 1s
+assert_contains "$OUT" "must be shorter than -t/--timeout" "--sample must fit in --timeout"
 assert_exit 3 "$Q" check nosuch
 assert_contains "$OUT" "Q UNKNOWN" "unknown queue: UNKNOWN"
 assert_exit 3 "$Q" -f "$T/missing.q" check
@@ -105,14 +108,20 @@ assert_contains "$OUT" "Q UNKNOWN - --max-age 'soon'" "the bad threshold is name
 # ---- metrics ------------------------------------------------------------------------------
 run "$Q" stats --prometheus
 assert_contains "$OUT" "# TYPE q_messages gauge" "gauge family"
-assert_contains "$OUT" 'q_messages{queue="sick",state="dead"} 1' "dead gauge"
+assert_contains "$OUT" "q_messages{file=\"$Q_FILE\",queue=\"sick\",state=\"dead\"} 1" "dead gauge, with the file label"
 assert_contains "$OUT" "# TYPE q_sent_total counter" "counters end in _total"
-assert_match 'q_oldest_message_age_seconds\{queue="sick"\} [0-9]+\.[0-9]{3}' "$OUT" "age in seconds"
+assert_match 'q_oldest_message_age_seconds\{file="[^"]+",queue="sick"\} [0-9]+\.[0-9]{3}' "$OUT" "age in seconds"
+# Two files with the same queue names do not clash: every series names its file.
+other=$T/other.q
+"$Q" -f "$other" create sick >/dev/null
+run "$Q" -f "$other" stats --prometheus
+assert_contains "$OUT" "q_messages{file=\"$other\",queue=\"sick\",state=\"dead\"} 0" "the other file's series"
 mkdir -p "$T/textfile"
 assert_exit 0 "$Q" stats --prometheus --output "$T/textfile/q.prom"
-assert_contains "$(cat "$T/textfile/q.prom")" 'q_messages{queue="retry",state="visible"}' "written to the file"
+assert_contains "$(cat "$T/textfile/q.prom")" ',queue="retry",state="visible"}' "written to the file"
 assert_eq "q.prom" "$(ls "$T/textfile")" "no temporary file left behind"
-assert_exit 74 "$Q" stats --prometheus --output "$T/no/such/dir/q.prom"
+# A missing directory is 66, as for q backup.
+assert_exit 66 "$Q" stats --prometheus --output "$T/no/such/dir/q.prom"
 
 run timeout 1.5 "$Q" stats emails --watch --interval 300ms
 lines=$(grep -c 'emails visible=' <<<"$OUT")
