@@ -1,5 +1,14 @@
-# The Debian package of q, made by CPack from the install rules: q, its man
-# pages, the shell completions and the systemd units, under /usr.
+# The Debian package of q, q-queue, made by CPack from the install rules: q,
+# its man pages, the shell completions, the systemd units and the sysusers.d
+# and tmpfiles.d entries, under /usr; plus what Debian wants of every package
+# (packaging/deb/): /usr/share/doc/q-queue/copyright (machine-readable),
+# changelog.Debian.gz, the lintian overrides, and a postinst that makes the
+# user q.
+#
+# The name: Debian's policy (5.6.1) wants two characters or more, and
+# python3-q-text-as-data (and upstream's q-text-as-data) already ship a
+# /usr/bin/q: q-queue installs /usr/bin/q as well and conflicts with them
+# (README.md, "Packages"). Build with --prefix /usr/local to have both.
 #
 #   cmake -S . -B build && cmake --build build && (cd build && cpack -G DEB)
 #
@@ -10,11 +19,31 @@
 # tests/docs/test_deb.sh builds it and checks it.
 
 set(CPACK_GENERATOR "DEB" CACHE STRING "CPack generators")
-set(CPACK_PACKAGE_NAME "q")
+# The version and Debian revision come from packaging/deb/changelog's first
+# line, whose upstream part must be the project's version.
+set(q_deb_changelog "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/changelog")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${q_deb_changelog}")
+file(STRINGS "${q_deb_changelog}" q_deb_head LIMIT_COUNT 1)
+if(NOT q_deb_head MATCHES "^q-queue \\(([^)-]+)-([^)]+)\\) ")
+  message(FATAL_ERROR "packaging/deb/changelog: the first line is not 'q-queue (VERSION-REVISION) ...': ${q_deb_head}")
+endif()
+if(NOT CMAKE_MATCH_1 STREQUAL PROJECT_VERSION)
+  message(FATAL_ERROR "packaging/deb/changelog is at ${CMAKE_MATCH_1}, the project at ${PROJECT_VERSION}: add an entry")
+endif()
+set(CPACK_DEBIAN_PACKAGE_RELEASE "${CMAKE_MATCH_2}")
+
+set(CPACK_PACKAGE_NAME "q-queue")
 set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
+set(Q_HOMEPAGE "https://q.example.org/" CACHE STRING
+    "The package's Homepage field (the project's public page)")
+set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "${Q_HOMEPAGE}")
 set(CPACK_PACKAGE_VENDOR "q")
-set(CPACK_PACKAGE_CONTACT "q maintainers <q-maintainers@localhost>" CACHE STRING
+# The Maintainer field; the default is the address the repository's commits
+# carry (lintian refuses a host without a domain, such as localhost). Keep
+# packaging/deb/changelog's signature line in step.
+set(Q_PACKAGE_MAINTAINER "q maintainers <maintainers@users.noreply.a-seed-93af315d.example>" CACHE STRING
     "The package's Maintainer field")
+set(CPACK_PACKAGE_CONTACT "${Q_PACKAGE_MAINTAINER}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "durable message queue in one file, for shell scripts and cron jobs")
 set(CPACK_PACKAGE_DESCRIPTION
@@ -33,7 +62,7 @@ set(CPACK_INSTALL_PREFIX "/usr")
 set(CPACK_SET_DESTDIR ON)
 set(CPACK_STRIP_FILES ON)
 
-set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # q_VERSION_ARCH.deb
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # q-queue_VERSION-REVISION_ARCH.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION "utils")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
@@ -43,6 +72,29 @@ if(NOT Q_STATIC)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)")
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "jq")
+set(CPACK_DEBIAN_PACKAGE_CONFLICTS "python3-q-text-as-data, q-text-as-data")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/postinst")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+
+# Debian's files, in the install component "deb" that only the package gets
+# (a plain cmake --install leaves them out). changelog.Debian.gz: gzip -9n,
+# as lintian wants (the best compression, no time stamp).
+set(q_deb_doc "share/doc/${CPACK_PACKAGE_NAME}")
+execute_process(COMMAND gzip -9nc "${q_deb_changelog}"
+                OUTPUT_FILE "${CMAKE_CURRENT_BINARY_DIR}/changelog.Debian.gz"
+                RESULT_VARIABLE q_gzip_rc)
+if(NOT q_gzip_rc EQUAL 0)
+  message(FATAL_ERROR "gzip packaging/deb/changelog failed (${q_gzip_rc})")
+endif()
+install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/copyright"
+              "${CMAKE_CURRENT_BINARY_DIR}/changelog.Debian.gz"
+        DESTINATION "${q_deb_doc}" COMPONENT deb EXCLUDE_FROM_ALL)
+install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/lintian-overrides"
+        DESTINATION share/lintian/overrides RENAME "${CPACK_PACKAGE_NAME}"
+        COMPONENT deb EXCLUDE_FROM_ALL)
+# Everything the default install has (ALL), then the component deb.
+set(CPACK_INSTALL_CMAKE_PROJECTS
+    "${CMAKE_BINARY_DIR};${PROJECT_NAME};ALL;/"
+    "${CMAKE_BINARY_DIR};${PROJECT_NAME};deb;/")
 
 include(CPack)

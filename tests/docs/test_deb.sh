@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# CPack builds the .deb (cmake/Packaging.cmake): its control fields are right
-# (Depends from dpkg-shlibdeps: none for the static q, else libc6 and liblmdb0
-# with versions, and not the liblmdb versions q refuses), its file
-# list is q, the man pages, the completions and the systemd units under /usr,
-# and, unpacked into a scratch root with dpkg -x, its q runs: --version names
-# the same version and file format as the built q.
+# CPack builds the .deb (cmake/Packaging.cmake): q-queue_VERSION-REVISION_ARCH.deb.
+# Checked without installing it on this machine (dpkg -i would replace the
+# host's files):
+# - its control fields: Package q-queue (two characters or more, policy
+#   5.6.1), the version of q --version with the revision of
+#   packaging/deb/changelog, Homepage, Conflicts with the packages that also
+#   ship /usr/bin/q, Depends from dpkg-shlibdeps (none for the static q, else
+#   libc6 and liblmdb0 with versions, and not the liblmdb versions q refuses);
+# - its file list: what `cmake --install --prefix /usr` installs, plus the
+#   copyright file, changelog.Debian.gz and the lintian overrides;
+# - /usr/share/doc/q-queue/copyright is machine-readable (DEP-5) with q's
+#   license (LICENSE) for Files: *; changelog.Debian.gz is gzip -9n and names
+#   this version;
+# - lintian (Debian's) finds no error and no warning, and every override in
+#   packaging/deb/lintian-overrides has a comment above it and is used;
+# - installed with dpkg --root into a scratch directory (its maintainer
+#   scripts run outside a chroot, with DPKG_ROOT set), the postinst makes the
+#   user q there, and dpkg refuses it beside a python3-q-text-as-data that
+#   ships /usr/bin/q;
+# - unpacked, its q runs: --version names the same version and file format
+#   as the built q.
 source "$(dirname "$0")/lib.sh" "$@"
 need cpack cmake
 need dpkg-deb dpkg
 need dpkg-shlibdeps dpkg-dev
 need file file
+need lintian lintian
+need systemd-sysusers systemd
 
 [[ -f $BUILD/CPackConfig.cmake ]] ||
   die "no $BUILD/CPackConfig.cmake: is include(cmake/Packaging.cmake) in CMakeLists.txt?"
@@ -21,13 +38,23 @@ deb=${debs[0]}
 
 # Control fields.
 field() { dpkg-deb --field "$deb" "$1"; }
+pkg=q-queue
 version=$("$Q" --version | sed -n 's/^q \([^ ]*\) .*/\1/p')
-[[ $(field Package) == q ]] || fail "Package: $(field Package)"
-[[ $(field Version) == "$version" ]] || fail "Version: '$(field Version)', q --version says '$version'"
+revision=$(sed -n '1s/^q-queue ([^)]*-\([^)]*\)).*/\1/p' "$SRC/packaging/deb/changelog")
+[[ -n $revision ]] || die "packaging/deb/changelog: no 'q-queue (VERSION-REVISION)' on its first line"
+full=$version-$revision
+[[ $(field Package) == "$pkg" ]] || fail "Package: $(field Package)"
+[[ $(field Version) == "$full" ]] ||
+  fail "Version: '$(field Version)', want '$full' (q --version's, packaging/deb/changelog's revision)"
 [[ $(field Architecture) == "$(dpkg --print-architecture)" ]] || fail "Architecture: $(field Architecture)"
-[[ $(basename "$deb") == "q_${version}_$(dpkg --print-architecture).deb" ]] || fail "file name $(basename "$deb")"
+[[ $(basename "$deb") == "${pkg}_${full}_$(dpkg --print-architecture).deb" ]] || fail "file name $(basename "$deb")"
 [[ -n $(field Maintainer) ]] || fail "no Maintainer"
 [[ -n $(field Description) ]] || fail "no Description"
+[[ $(field Homepage) == https://* ]] || fail "Homepage: '$(field Homepage)'"
+for other in python3-q-text-as-data q-text-as-data; do
+  field Conflicts | tr ',' '\n' | sed 's/^ *//; s/ .*//' | grep -qx "$other" ||
+    fail "Conflicts lacks $other (it ships /usr/bin/q too): '$(field Conflicts)'"
+done
 depends=$(dpkg-deb --field "$deb" Depends)
 if file -L "$Q" | grep -qE 'statically linked|static-pie linked'; then
   # The default build (Q_STATIC): nothing to depend on.
@@ -53,6 +80,11 @@ dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }'
   for u in "$SRC"/systemd/*.service.in "$SRC"/systemd/*.timer; do
     echo "usr/lib/systemd/system/$(basename "$u" .in)"
   done
+  echo usr/lib/sysusers.d/q.conf
+  echo usr/lib/tmpfiles.d/q.conf
+  echo "usr/share/doc/$pkg/copyright"
+  echo "usr/share/doc/$pkg/changelog.Debian.gz"
+  echo "usr/share/lintian/overrides/$pkg"
 } | sort >"$T/want"
 same_set "files of $(basename "$deb")" "$(cat "$T/want")" "$(cat "$T/files")" >/dev/null
 dpkg-deb --contents "$deb" | awk '$1 ~ /^-/ && $2 != "root/root" { print }' | grep . &&
@@ -68,3 +100,75 @@ grep -q '^ExecStart=/usr/bin/q work %i ' "$T/root/usr/lib/systemd/system/q-work@
   fail "q-work@.service in the package does not run /usr/bin/q"
 Q_FILE=$T/x.q "$T/root/usr/bin/q" create smoke >/dev/null && Q_FILE=$T/x.q "$T/root/usr/bin/q" list | grep -qx smoke ||
   fail "the packaged q cannot create and list a queue"
+
+# The copyright file: DEP-5, q's own files under LICENSE's license.
+c=$T/root/usr/share/doc/$pkg/copyright
+head -n 1 "$c" | grep -qx 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+  fail "copyright: not machine-readable (no DEP-5 Format: line)"
+awk 'BEGIN { RS = "" } /^Files: \*\n/ && /\nLicense: Expat(\n|$)/ { found = 1 } END { exit !found }' "$c" ||
+  fail "copyright: no 'Files: *' paragraph with License: Expat"
+# Every license named is given as a stand-alone paragraph, and Expat's text is LICENSE's.
+for name in $(sed -n 's/^License: //p' "$c" | sort -u | tr ' ' '_'); do
+  name=${name//_/ }
+  awk -v n="$name" 'BEGIN { RS = "" } index($0, "License: " n "\n") == 1 { found = 1 } END { exit !found }' "$c" ||
+    fail "copyright: License: $name has no stand-alone paragraph with its text"
+done
+awk 'BEGIN { RS = "" } index($0, "License: Expat\n") == 1 { sub(/^[^\n]*\n/, ""); print; exit }' "$c" |
+  sed 's/^ //; s/^\.$//' >"$T/expat"
+sed -n '/^Permission/,$p' "$SRC/LICENSE" | diff -q - "$T/expat" >/dev/null ||
+  fail "copyright: the Expat text is not LICENSE's"
+grep -q '^Copyright: .*q authors' "$c" && grep -qF "$(grep -m1 '^Copyright' "$SRC/LICENSE" | sed 's/Copyright (c) //')" "$c" ||
+  fail "copyright: the holder is not LICENSE's"
+
+# changelog.Debian.gz: gzip -9n (no name, no time stamp; "maximum compression"
+# in the header), and its first entry is this version.
+cl=$T/root/usr/share/doc/$pkg/changelog.Debian.gz
+gzip -t "$cl" || fail "changelog.Debian.gz is not gzip"
+read -r -a header < <(od -An -tu1 -N10 "$cl")
+((header[3] == 0)) || fail "changelog.Debian.gz stores a file name (gzip without -n)"
+((header[4] + header[5] + header[6] + header[7] == 0)) || fail "changelog.Debian.gz has a time stamp (gzip without -n)"
+((header[8] == 2)) || fail "changelog.Debian.gz is not gzip -9"
+zcat "$cl" | head -n 1 | grep -qF "$pkg ($full) " || fail "changelog.Debian.gz: its first entry is not $pkg ($full)"
+
+# lintian: no error and no warning; overrides documented and used. (Not
+# --show-overrides: with it, lintian fails on the overridden tags too.)
+lintian --fail-on error,warning --display-info "$deb" >"$T/lintian" 2>&1
+rc=$?
+cat "$T/lintian" >&2
+((rc == 0)) || fail "lintian exited $rc (an error or a warning above)"
+grep -q 'unused-override\|mismatched-override' "$T/lintian" &&
+  fail "packaging/deb/lintian-overrides has an override lintian does not use"
+awk '/^[^#[:space:]]/ && prev !~ /^#/ { print FILENAME ":" NR ": an override without a comment above it: " $0; bad = 1 }
+     { prev = $0 } END { exit bad }' "$SRC/packaging/deb/lintian-overrides" >"$T/bad-overrides" ||
+  fail "$(cat "$T/bad-overrides")"
+
+# Installed into a scratch root with dpkg --root (maintainer scripts run
+# outside a chroot with DPKG_ROOT set): the postinst makes the user q there.
+# A python3-q-text-as-data that ships /usr/bin/q keeps it out.
+r=$T/dpkgroot
+mkdir -p "$r/var/lib/dpkg/info" "$r/var/lib/dpkg/updates" "$r/etc"
+: >"$r/var/lib/dpkg/status"
+: >"$r/var/lib/dpkg/available"
+dpkg_root() {
+  dpkg --root="$r" --log=/dev/null --force-not-root --force-script-chrootless \
+    --force-depends --no-triggers "$@"
+}
+mkdir -p "$T/other/DEBIAN" "$T/other/usr/bin"
+printf '#!/bin/sh\n' >"$T/other/usr/bin/q"
+chmod 755 "$T/other/usr/bin/q"
+printf 'Package: python3-q-text-as-data\nVersion: 3.1.6-3\nArchitecture: all\nMaintainer: test <test@localhost>\nDescription: a stand-in that ships /usr/bin/q\n' \
+  >"$T/other/DEBIAN/control"
+dpkg-deb --root-owner-group -b "$T/other" "$T/other.deb" >/dev/null || die "cannot build the stand-in package"
+dpkg_root -i "$T/other.deb" >"$T/dpkg" 2>&1 || die "dpkg --root cannot install the stand-in: $(cat "$T/dpkg")"
+if dpkg_root -i "$deb" >"$T/dpkg" 2>&1; then
+  fail "dpkg installed $pkg beside python3-q-text-as-data"
+else
+  grep -q 'conflicts with python3-q-text-as-data' "$T/dpkg" ||
+    fail "dpkg refused $pkg, but not for the conflict: $(cat "$T/dpkg")"
+fi
+dpkg_root -r python3-q-text-as-data >"$T/dpkg" 2>&1 || die "dpkg --root -r failed: $(cat "$T/dpkg")"
+dpkg_root -i "$deb" >"$T/dpkg" 2>&1 || fail "dpkg --root -i $pkg failed: $(cat "$T/dpkg")"
+[[ -x $r/usr/bin/q ]] || fail "dpkg --root -i: no usr/bin/q"
+grep -q '^q:x:[0-9]*:[0-9]*:[^:]*:/var/lib/q:' "$r/etc/passwd" 2>/dev/null ||
+  fail "the postinst did not make the user q: $(cat "$T/dpkg"; cat "$r/etc/passwd" 2>&1)"
+dpkg_root -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || fail "dpkg --root: $pkg is not installed"

@@ -7,6 +7,7 @@
 #   usr/share/zsh/vendor-completions/_q
 #   usr/share/fish/vendor_completions.d/q.fish
 #   usr/lib/systemd/system/q-work@.service, ... with ExecStart=/usr/bin/q
+#   usr/lib/sysusers.d/q.conf, usr/lib/tmpfiles.d/q.conf (the user q, /var/lib/q)
 # and nothing else; the pages are the built ones and read with man -l.
 source "$(dirname "$0")/lib.sh" "$@"
 need gzip gzip
@@ -27,6 +28,8 @@ want=$T/want
   for u in "$SRC"/systemd/*.service.in "$SRC"/systemd/*.timer; do
     echo "usr/lib/systemd/system/$(basename "$u" .in)"
   done
+  echo usr/lib/sysusers.d/q.conf
+  echo usr/lib/tmpfiles.d/q.conf
 } | sort >"$want"
 (cd "$root" && find . -type f | sed 's|^\./||' | sort) >"$T/got"
 same_set "installed files" "$(cat "$want")" "$(cat "$T/got")" >/dev/null

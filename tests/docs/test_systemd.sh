@@ -9,6 +9,16 @@
 # - what it promises holds for the real q: SIGTERM to `q work` lets a running
 #   command finish within the grace and exits 0, or releases the message at
 #   the end of the grace.
+# - every service is sandboxed: `systemd-analyze security --offline=true`
+#   rates its exposure 3.0 or below; q-work@ and q-drain@ run as the user q
+#   (declared in systemd/q.sysusers, which systemd-sysusers accepts), with
+#   StateDirectory=q, UMask=0007 and the hardening the README lists, yet keep
+#   the network (no PrivateNetwork=, IPAddressDeny=; AF_INET, AF_INET6 and
+#   AF_UNIX allowed) and /var/lib/q writable for their handlers;
+# - q-stats.service skips its run (ExecCondition= exits 1) instead of failing
+#   while the queue file does not exist.
+# Running the units under systemd is test_systemd_live.sh (it needs systemd as
+# PID 1 and root).
 source "$(dirname "$0")/lib.sh" "$@"
 need systemd-analyze systemd
 need scdoc scdoc
@@ -30,6 +40,75 @@ done
 rc=$?
 ((rc == 0)) || fail "systemd-analyze verify exited $rc"
 [[ -s $T/verify ]] && fail "systemd-analyze verify: $(cat "$T/verify")"
+
+# The sandbox: every service 3.0 or below.
+for u in "$units"/*.service; do
+  name=$(basename "$u")
+  SYSTEMD_LOG_COLOR=0 systemd-analyze security --offline=true "$u" >"$T/security" 2>&1
+  level=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\) .*/\1/p' "$T/security")
+  if [[ -z $level ]]; then
+    fail "$name: systemd-analyze security gave no exposure level: $(tail -n 3 "$T/security")"
+    continue
+  fi
+  echo "$name: exposure $level"
+  awk -v l="$level" 'BEGIN { exit !(l <= 3.0) }' ||
+    fail "$name: exposure $level, above 3.0; what is open: $(grep '^- ' "$T/security" | awk '{ print $2 }' | head -n 20 | paste -sd' ')"
+done
+# setting UNIT KEY: the values of KEY= in UNIT, a line each.
+setting() { sed -n "s/^$2=//p" "$1"; }
+has() { # has UNIT KEY VALUE: one KEY= line of UNIT is VALUE
+  setting "$1" "$2" | grep -qxF -- "$3" || fail "$(basename "$1"): no $2=$3"
+}
+users=$(awk '$1 == "u" { print $2 }' "$SRC/systemd/q.sysusers")
+for u in "$units"/q-work@.service "$units"/q-drain@.service "$units"/q-stats.service; do
+  n=$(basename "$u")
+  user=$(setting "$u" User)
+  [[ -n $user && $user != root ]] || fail "$n: runs as root (no User=)"
+  grep -qxF -- "$user" <<<"$users" || fail "$n: User=$user is not made by systemd/q.sysusers"
+  has "$u" StateDirectory q
+  has "$u" UMask 0007
+  has "$u" ProtectSystem strict
+  setting "$u" ReadWritePaths | tr ' ' '\n' | grep -qx /var/lib/q || fail "$n: /var/lib/q not in ReadWritePaths="
+  for kv in PrivateTmp=yes NoNewPrivileges=yes RestrictSUIDSGID=yes ProtectKernelTunables=yes \
+    ProtectKernelModules=yes ProtectKernelLogs=yes ProtectControlGroups=yes PrivateDevices=yes; do
+    has "$u" "${kv%%=*}" "${kv#*=}"
+  done
+  setting "$u" SystemCallFilter | head -n 1 | grep -qx '@system-service' ||
+    fail "$n: SystemCallFilter= does not start from @system-service"
+done
+for u in "$units"/q-work@.service "$units"/q-drain@.service; do
+  # Handlers keep the network and read the home directories.
+  n=$(basename "$u")
+  has "$u" ProtectHome read-only
+  [[ -z $(setting "$u" PrivateNetwork) && -z $(setting "$u" IPAddressDeny) ]] ||
+    fail "$n: cuts the handlers' network (PrivateNetwork= or IPAddressDeny=)"
+  families=$(setting "$u" RestrictAddressFamilies | tr ' ' '\n')
+  for fam in AF_UNIX AF_INET AF_INET6; do
+    grep -qx "$fam" <<<"$families" || fail "$n: RestrictAddressFamilies= lacks $fam"
+  done
+done
+# systemd-sysusers makes the user from systemd/q.sysusers (in a scratch root).
+mkdir -p "$T/sysroot/etc"
+systemd-sysusers --root="$T/sysroot" "$SRC/systemd/q.sysusers" >"$T/sysusers" 2>&1 ||
+  fail "systemd-sysusers rejects systemd/q.sysusers: $(cat "$T/sysusers")"
+for user in $users; do
+  grep -q "^$user:x:[0-9]*:[0-9]*:[^:]*:/var/lib/q:" "$T/sysroot/etc/passwd" ||
+    fail "systemd-sysusers did not make the user $user with home /var/lib/q: $(cat "$T/sysroot/etc/passwd" 2>&1)"
+done
+
+# q-stats.service: its ExecCondition= fails (1: skip the run, not a failure)
+# while Q_FILE does not exist, and passes once it does.
+s=$units/q-stats.service
+cond=$(setting "$s" ExecCondition)
+[[ -n $cond ]] || fail "q-stats.service: no ExecCondition= for a missing queue file"
+if [[ -n $cond ]]; then
+  run_cond() { Q_FILE=$1 bash -c "$cond"; }
+  run_cond "$T/none.q"
+  rc=$?
+  ((rc >= 1 && rc <= 254)) || fail "q-stats.service: ExecCondition= exits $rc for a missing file (1-254 skips)"
+  : >"$T/present.q"
+  run_cond "$T/present.q" || fail "q-stats.service: ExecCondition= fails for an existing file"
+fi
 
 # The q command lines of ExecStart= (with a queue for %i).
 grep -Hn '^ExecStart=' "$units"/* | sed 's/%i/emails/g; s/^\([^:]*:[0-9]*\):/\1\t/' >"$T/execs"

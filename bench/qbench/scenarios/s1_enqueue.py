@@ -1,0 +1,80 @@
+"""Scenario 1: one-shot enqueue, one process per durable message, against the
+floor, sqlite3, redis-cli and nq.
+"""
+import os
+
+from ..common import body_for, paired
+from ..contenders import QQueue, RedisQueue, SqliteQueue
+
+def run(suite):
+    S = "1"
+    q = QQueue(suite.p, suite.q, os.path.join(suite.work, "s1.q"))
+    q.create()
+    sq = SqliteQueue(suite.p, os.path.join(suite.work, "s1.sqlite"))
+    sq.create()
+    rq = RedisQueue(suite.p, suite.redis)
+    rq.create()
+    floor_file = os.path.join(suite.work, "s1.floor")
+    twin_file = os.path.join(suite.work, "s1.twin")
+    nqdir = os.path.join(suite.work, "nq")
+    os.makedirs(nqdir, exist_ok=True)
+    body = body_for(0)
+    nq_env = {"NQDIR": nqdir}
+    twin = []
+
+    def run_twin():
+        r = suite.p.run([suite.floor, twin_file, "-n", "5"], capture=True)
+        twin.append(int(r.out.strip()) / 1e6)
+        return r
+
+    def run_nq():
+        r = suite.p.run(["nq", "-q", "-c", "true", body], env=nq_env)
+        # Let the job finish (untimed) so it does not run beside the next contender.
+        suite.p.run(["nq", "-w"], env=nq_env)
+        return r
+
+    contenders = [
+        ("floor", lambda: suite.p.run([suite.floor, floor_file])),
+        ("q", lambda: q.send_one(body)),
+        ("sqlite3", lambda: sq.send_one(body)),
+        ("redis", lambda: rq.send_one(body)),
+        ("nq", run_nq),
+        ("floor loop twin", run_twin),
+        ("q --version", lambda: suite.p.run([suite.q, "--version"])),
+    ]
+    times = suite.alternate(contenders)
+    times["floor loop twin (per commit)"] = twin[suite.cfg["warmup"]:]
+    unit = "ms"
+    for name, xs in times.items():
+        metric = {"floor loop twin": "wall of a 5-commit process",
+                  "floor loop twin (per commit)": "one commit inside a process"}.get(
+                      name, "wall per process")
+        suite.record(S, name, metric, xs, unit)
+    rows = {}
+    for name in ["floor", "q", "sqlite3", "redis", "nq", "floor loop twin (per commit)",
+                 "q --version"]:
+        rows[name] = suite.summarize(S, name, "one-shot enqueue" if name in
+                                    ("floor", "q", "sqlite3", "redis", "nq") else "reference",
+                                    times[name], unit, ratio_to="floor")
+    fl = rows["floor"]["median"]
+    for row in rows.values():
+        row["ratio"] = row["median"] / fl
+    qm = rows["q"]["median"]
+    cm = rows["floor loop twin (per commit)"]["median"]
+    pr, pd = paired(times["q"], times["floor"])
+    suite.target(S, "q send <= 1.3x floor",
+                f"{qm / fl:.2f}x ({qm:.2f} vs {fl:.2f} ms); per round: {pr:.2f}x, "
+                f"{pd:+.2f} ms; one durable commit inside a process: {cm:.2f} ms",
+                qm / fl <= 1.3)
+    sm, rm = rows["sqlite3"]["median"], rows["redis"]["median"]
+    suite.target(S, "q send faster than sqlite3 and redis-cli",
+                f"q {qm:.2f} ms, sqlite3 {sm:.2f} ms ({qm / sm:.2f}x), redis-cli {rm:.2f} ms "
+                f"({qm / rm:.2f}x)", qm < sm and qm < rm)
+    suite.note(S, "nq is not durable (no fsync) and forks the job; it is shown for the cost of "
+                 "an enqueue only. `floor loop twin (per commit)` is one durable LMDB commit "
+                 "inside a running process: the part of the floor that is not process "
+                 "start-up. `q --version` is a q process that opens no queue file (it builds "
+                 "the whole command tree, so it need not be cheaper than a send). \"Per "
+                 "round\" in the targets is the median of the ratios and differences of runs "
+                 "made moments apart, a check on the ratio of medians.")
+    suite.s1_rows = rows
