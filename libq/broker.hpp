@@ -165,6 +165,12 @@ struct ReceiptResult {
   std::string detail;  // why it was stale or malformed
 };
 
+struct AckSendResult {
+  ReceiptOutcome outcome = ReceiptOutcome::Done;
+  std::string detail;             // why the receipt was stale or malformed
+  std::vector<SendResult> sent;   // empty unless the ack was done
+};
+
 struct NackOptions {
   Millis delay = 0;
   bool backoff = false;
@@ -224,6 +230,14 @@ class Broker {
   // Moves the delivered message to the dead-letter queue at once.
   virtual void dead_letter(const std::string& queue, const std::string& receipt,
                            const std::string& reason) = 0;
+
+  // One stage of a pipeline: acks the delivered message of `queue` and sends
+  // `messages` to the queue `to`, in one transaction. A stale or malformed
+  // receipt sends nothing (the outcome says which); a refused send (no such
+  // queue, full, too large) throws and acks nothing. `to` must not be `queue`.
+  virtual AckSendResult ack_and_send(const std::string& queue, const std::string& receipt,
+                                     const std::string& to, std::vector<OutgoingMessage> messages,
+                                     const SendOptions& options) = 0;
 
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
