@@ -247,8 +247,8 @@ work_loop() {
   while [[ ! -e $STOP ]]; do
     # WORK_LOCK_TIMEOUT, WORK_VT: q work's own --lock-timeout and lease;
     # WORK_QUIET="": its notes too go to work.N.err (storm.sh).
-    HANDLER_LOG=$L/work.$w.jsonl "$Q" ${WORK_LOCK_TIMEOUT:+--lock-timeout "$WORK_LOCK_TIMEOUT"} \
-      HANDLER_STAGE=${WORK_TO:-} work "$QUEUE" -j "$WORK_J" ${WORK_QUIET--q} ${WORK_TO:+--to "$WORK_TO"} \
+    HANDLER_STAGE=${WORK_TO:-} HANDLER_LOG=$L/work.$w.jsonl "$Q" ${WORK_LOCK_TIMEOUT:+--lock-timeout "$WORK_LOCK_TIMEOUT"} \
+      work "$QUEUE" -j "$WORK_J" ${WORK_QUIET--q} ${WORK_TO:+--to "$WORK_TO"} \
       --visibility-timeout "${WORK_VT:-${VT_CHOICES[0]}}" --backoff-base 100ms --backoff-cap 500ms \
       --grace 5s -- "$TORTURE_DIR/handler.sh" </dev/null >/dev/null 2>>"$L/work.$w.err" &
     pid=$!
