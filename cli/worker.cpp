@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "files.hpp"
+#include "stop_signals.hpp"
 #include "timefmt.hpp"
 #include "worker_child.hpp"
 #include "worker_policy.hpp"

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "files.hpp"
+#include "stop_signals.hpp"
 #include "timefmt.hpp"
 #include "utf8.hpp"
 
@@ -27,44 +29,9 @@ namespace cli::work {
 
 using q::Millis;
 
-namespace {
-
-int g_wake_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_stop_signals = 0;
-
-void on_signal(int signo) {
-  int saved = errno;
-  if (signo == SIGTERM || signo == SIGINT) g_stop_signals = g_stop_signals + 1;
-  char byte = 0;
-  [[maybe_unused]] auto n = ::write(g_wake_pipe[1], &byte, 1);
-  errno = saved;
-}
-
-}  // namespace
-
-void install_signals() {
-  if (::pipe2(g_wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    throw q::Error(q::ErrorKind::Io, fmt::format("cannot create pipe: {}", std::strerror(errno)));
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  sigaction(SIGCHLD, &sa, nullptr);
-  // Started with them blocked (a parent's mask is inherited): q work could
-  // never be stopped, nor see its commands end.
-  sigset_t ours;
-  sigemptyset(&ours);
-  sigaddset(&ours, SIGTERM);
-  sigaddset(&ours, SIGINT);
-  sigaddset(&ours, SIGCHLD);
-  sigprocmask(SIG_UNBLOCK, &ours, nullptr);
-}
-
-int wake_fd() { return g_wake_pipe[0]; }
-int stop_signals() { return g_stop_signals; }
+void install_signals() { install_stop_signals({SIGTERM, SIGINT}, {SIGCHLD}, true); }
+int wake_fd() { return cli::wake_fd(); }
+int stop_signals() { return cli::stop_signals(); }
 
 namespace {
 
@@ -111,11 +78,7 @@ class SignalsBlocked {
 
 }  // namespace
 
-void drain_wake_pipe() {
-  char buf[256];
-  while (::read(g_wake_pipe[0], buf, sizeof buf) > 0) {
-  }
-}
+void drain_wake_pipe() { drain_wake(); }
 
 // LMDB's descriptors are not close-on-exec; a command must not inherit them
 // (nor our lock descriptor, which would keep the writer lock alive with it).
@@ -235,13 +198,8 @@ Child spawn(const std::string& program, const std::vector<std::string>& args,
   int err_pipe[2], exec_pipe[2];
   if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
     throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < body.size()) {
-    ssize_t w = ::write(body_fd, body.data() + done, body.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
-    done += static_cast<std::size_t>(w);
-  }
+  if (!q::files::write_all(body_fd, body))
+    throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
   ::lseek(body_fd, 0, SEEK_SET);
 
   std::vector<char*> argv, envp;
