@@ -60,6 +60,8 @@ assert_exit 4 "$Q" work src --to dst --to-max-bytes 10 --max-messages 1 -- \
   sh -c 'printf "%s" 0123456789X'
 assert_contains "$ERR" "output over 10 bytes (--to-max-bytes)" "the reason names the limit"
 assert_eq 0 "$(stat_field dst visible)" "over the limit sends nothing"
+"$Q" purge src >/dev/null  # the failed one waits out its backoff
+"$Q" send src big >/dev/null
 assert_exit 0 "$Q" work src --to dst --to-max-bytes 11 --exit-when-empty -q -- \
   sh -c 'printf "%s" 0123456789X'
 assert_eq 1 "$(stat_field dst visible)" "exactly the limit is sent"
