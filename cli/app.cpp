@@ -60,6 +60,7 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
   q::LmdbOptions options;
   options.open.path = queue_file();
   options.open.create = create;
+  options.clock = &clock();
   report_crashes_as_damage(options.open.path);
   const char* no_sync_env = std::getenv("Q_NO_SYNC");
   options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));

@@ -27,7 +27,7 @@ struct DlqListFlags {
 
 void run_list(const DlqListFlags& f, Context& ctx) {
   DeadFilter filter(f.filter);
-  q::Millis now = q::SystemClock().now();
+  q::Millis now = ctx.clock().now();
   // One dead letter at a time: memory follows what is shown, not the queue.
   std::vector<q::Message> letters;
   std::map<std::string, std::uint64_t> counts;

@@ -43,7 +43,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
 
   if (filter.active()) {
     // Choose the dead letters here, then move exactly those.
-    q::Millis now = q::SystemClock().now();
+    q::Millis now = ctx.clock().now();
     std::vector<std::string> chosen;
     broker->each_dead_letter(f.queue, [&](const q::Message& m) {
       if (f.max && chosen.size() >= *f.max) return false;

@@ -22,6 +22,11 @@ struct WorkFlags {
   std::string idempotency_key;
   std::optional<std::uint64_t> max_messages;
   bool exit_when_empty = false, quiet = false;
+  std::string to;
+  bool to_lines = false;
+  std::optional<std::uint64_t> to_max_bytes;
+  std::vector<std::string> to_attributes;
+  std::optional<std::string> to_group;
 };
 
 q::Error bad_flag(const std::string& text) { return q::Error(q::ErrorKind::Usage, text); }
@@ -64,9 +69,16 @@ void run_work(const WorkFlags& f, Context& ctx) {
   o.exit_when_empty = f.exit_when_empty;
   o.max_messages = f.max_messages;
   o.quiet = f.quiet;
+  o.to = f.to;
+  o.to_lines = f.to_lines;
+  o.to_max_bytes = f.to_max_bytes;
+  for (const auto& a : f.to_attributes) o.to_attributes.push_back(attribute_flag(a));
+  o.to_group = f.to_group;
+  if (o.to.empty() && (o.to_lines || o.to_max_bytes || !o.to_attributes.empty() || o.to_group))
+    throw bad_flag("--to-lines, --to-max-bytes, --to-attr and --to-group need --to DST");
   validate(o);
   auto broker = ctx.open();
-  ctx.exit = run_worker(*broker, o);
+  ctx.exit = run_worker(*broker, ctx.clock(), o);
 }
 
 }  // namespace
@@ -120,6 +132,25 @@ void add_work(CLI::App& app, Context& ctx) {
   cmd->add_option("-n,--max-messages", f->max_messages, "Exit after taking N messages")
       ->type_name("N");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
+  cmd->add_option("--to", f->to,
+                  "A stage: the stdout of each successful run becomes messages on DST, sent in "
+                  "the transaction that acks the message (exactly once per ack)")
+      ->type_name("DST");
+  cmd->add_flag("--to-lines", f->to_lines,
+                "With --to: one message per line of the output (default: the whole output as "
+                "one message; empty output sends nothing)");
+  cmd->add_option("--to-max-bytes", f->to_max_bytes,
+                  "With --to: the most stdout a run may write; more fails the run (default: "
+                  "DST's max message size)")
+      ->type_name("N")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{q::kMaxMaxSize}));
+  cmd->add_option("--to-attr", f->to_attributes,
+                  "With --to: set an attribute on the output messages (repeatable; the "
+                  "source's attributes are carried over)")
+      ->type_name("K=V");
+  cmd->add_option("--to-group", f->to_group,
+                  "With --to: the FIFO group of the output messages (default: the source's)")
+      ->type_name("G");
   cmd->callback([f, &ctx] { run_work(*f, ctx); });
 }
 

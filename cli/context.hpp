@@ -39,6 +39,10 @@ struct Context {
   std::string command;
   bool wants(const char* name) const { return command.empty() || command == name; }
 
+  // Time for the command and the queue file it opens; tests may set a FakeClock.
+  const q::Clock* clock_override = nullptr;
+  const q::Clock& clock() const { return clock_override ? *clock_override : system_clock_; }
+
   std::string out;           // standard output, written when the command is done
   int exit = kOk;
 
@@ -46,6 +50,9 @@ struct Context {
   std::string queue_file() const;
   // Opens the queue file; `create` makes it (and its directories) when missing.
   std::unique_ptr<q::Broker> open(bool create = false) const;
+
+ private:
+  q::SystemClock system_clock_;
 };
 
 // Writes the whole buffer to standard output; false when that failed (already

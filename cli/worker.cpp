@@ -1,23 +1,13 @@
 #include "worker.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
+#include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <deque>
-#include <dirent.h>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -26,118 +16,18 @@
 #include "stop_signals.hpp"
 #include "output.hpp"
 #include "timefmt.hpp"
-#include "utf8.hpp"
-
-extern char** environ;
+#include "worker_child.hpp"
+#include "worker_policy.hpp"
+#include "worker_progress.hpp"
 
 namespace cli {
 namespace {
 
 using q::Millis;
+using work::Ending;
 
-// ---- signals: the handler only counts and wakes the loop (stop_signals.hpp) -----
-
-void install_signals() { install_stop_signals({SIGTERM, SIGINT}, {SIGCHLD}, true); }
-
-// In the child, before exec: every signal q work handles (or ignores on its
-// own account: SIGPIPE, SIGXFSZ) back to its default, then an empty mask, so
-// a signal that arrived since the fork (blocked until now) takes its default
-// action instead of running q work's handler in the child and being lost.
-// Signals ignored by whoever started q work stay ignored (nohup). Only
-// async-signal-safe calls.
-void reset_signals_in_child() {
-  for (int signo = 1; signo < NSIG; ++signo) {
-    if (signo == SIGKILL || signo == SIGSTOP) continue;
-    struct sigaction current {};
-    if (sigaction(signo, nullptr, &current) != 0) continue;  // glibc's own signals
-    bool ours = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
-    if (ours || signo == SIGPIPE || signo == SIGXFSZ) {
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      sigaction(signo, &dfl, nullptr);
-    }
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
-// Blocks every signal from before a fork until the parent's side is done,
-// so that none reaches the child before reset_signals_in_child.
-class SignalsBlocked {
- public:
-  SignalsBlocked() {
-    sigset_t all;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, &saved_);
-  }
-  ~SignalsBlocked() { sigprocmask(SIG_SETMASK, &saved_, nullptr); }
-  SignalsBlocked(const SignalsBlocked&) = delete;
-  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
-
- private:
-  sigset_t saved_;
-};
-
-void drain_wake_pipe() { drain_wake(); }
-
-// LMDB's descriptors are not close-on-exec; a command must not inherit them
-// (nor our lock descriptor, which would keep the writer lock alive with it).
-void close_on_exec_everything() {
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return;
-  int self = dirfd(dir);
-  while (auto* entry = readdir(dir)) {
-    int fd = std::atoi(entry->d_name);
-    if (fd > 2 && fd != self) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
-  }
-  closedir(dir);
-}
-
-// The path execve needs, looked up once rather than per message.
-std::string find_program(const std::string& name) {
-  auto missing = [&](const char* why) {
-    return q::Error(q::ErrorKind::Usage, fmt::format("command '{}': {}", name, why));
-  };
-  auto runnable = [](const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-  };
-  if (name.find('/') != std::string::npos) {
-    if (!runnable(name)) throw missing("not found or not executable");
-    return name;
-  }
-  const char* path = std::getenv("PATH");
-  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
-  while (true) {
-    auto colon = dirs.find(':');
-    std::string dir(dirs.substr(0, colon));
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (runnable(candidate)) return candidate;
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  throw missing("not found in PATH");
-}
-
-Millis steady_now() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-// The environment variable name for attribute `key`: Q_ATTR_ and the key upper-
-// cased, anything but letters and digits as '_'.
-std::string attribute_variable(const std::string& key) {
-  std::string name = "Q_ATTR_";
-  for (unsigned char c : key) name.push_back(std::isalnum(c) ? static_cast<char>(std::toupper(c)) : '_');
-  return name;
-}
-
-std::string signal_name(int signo) {
-  const char* abbrev = sigabbrev_np(signo);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
-}
+// --to: how often the size of a running command's output is checked.
+constexpr Millis kOutputCheckEvery = 100;
 
 // One start every 1/rate seconds (GCRA without burst), for --rate per process.
 class LocalRate {
@@ -158,54 +48,90 @@ class LocalRate {
   double tat_ = 0;
 };
 
+// A message taken, its command running or ended and its outcome not yet recorded.
 struct Job {
   q::Message message;
   std::string key;  // idempotency key; empty: none
-  pid_t pid = -1;
-  int stderr_fd = -1;
-  std::string stderr_tail;
-  Millis started = 0;           // at the fork
+  work::Child child;
+  int output_fd = -1;  // --to: the memory file holding the command's stdout
+  Ending ending;
   Millis next_heartbeat = 0;
   Millis deadline = INT64_MAX;  // --timeout: SIGTERM
   Millis kill_at = INT64_MAX;   // SIGKILL after a SIGTERM (timeout or stop)
-  bool timed_out = false;
-  bool stopped = false;         // SIGTERM after --grace: release once it has exited
   bool lease_lost = false;
-  int exec_errno = 0;           // the command could not be run at all
   bool skip = false;            // an idempotent repeat: ack without running
-  int status = 0;               // wait status, once exited
 };
 
+// --to: DST must exist, differ from the source and take the output's group.
+work::StageOptions stage_options(q::Broker& broker, const WorkOptions& o,
+                                 const q::QueueConfig& source) {
+  work::StageOptions stage;
+  if (o.to.empty()) return stage;
+  if (o.to == o.queue)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("--to {}: the queue this stage consumes; name another", o.to));
+  auto target = broker.configure(o.to, {});  // NotFound: refused before any message is taken
+  if (target.fifo && !o.to_group && !source.fifo)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("--to {}: a FIFO queue, and queue {} has no groups to carry "
+                               "over; give --to-group",
+                               o.to, o.queue));
+  stage.to = o.to;
+  stage.lines = o.to_lines;
+  stage.max_bytes = o.to_max_bytes.value_or(target.max_size);
+  stage.attributes = o.to_attributes;
+  stage.group = o.to_group;
+  return stage;
+}
+
+work::PolicyOptions policy_options(const WorkOptions& o, const std::string& program,
+                                   Millis idempotency_window) {
+  work::PolicyOptions p;
+  p.queue = o.queue;
+  p.program = program;
+  p.backoff_base = o.backoff_base;
+  p.backoff_cap = o.backoff_cap;
+  p.grace = o.grace;
+  p.timeout = o.timeout;
+  p.idempotency_window = idempotency_window;
+  return p;
+}
 
 class Worker {
  public:
-  Worker(q::Broker& broker, const WorkOptions& options)
-      : broker_(broker), o_(options), local_rate_(options.rate) {
-    progress_ = !o_.quiet && isatty(STDERR_FILENO);
+  Worker(q::Broker& broker, const q::Clock& clock, const WorkOptions& options)
+      : broker_(broker),
+        clock_(clock),
+        o_(options),
+        local_rate_(options.rate),
+        progress_(o_.queue, o_.quiet, isatty(STDERR_FILENO)) {
     auto config = broker_.configure(o_.queue, {});
     visibility_ = o_.visibility_timeout.value_or(config.visibility_timeout);
     if (visibility_ < kMinWorkVisibility) {
       // Only the queue's own setting can be this short (the flag is checked):
       // q work cannot refuse to consume the queue, so it leases longer.
-      note(fmt::format("queue {}: its visibility timeout {} is too short for a heartbeat; "
-                       "leasing messages for {} instead",
-                       o_.queue, q::format_duration(visibility_),
-                       q::format_duration(kMinWorkVisibility)));
+      progress_.note(fmt::format("queue {}: its visibility timeout {} is too short for a "
+                                 "heartbeat; leasing messages for {} instead",
+                                 o_.queue, q::format_duration(visibility_),
+                                 q::format_duration(kMinWorkVisibility)));
       visibility_ = kMinWorkVisibility;
     }
-    idempotency_window_ = o_.idempotency_window.value_or(config.retention);
     // Extend well before the lease runs out: at a third of it.
     heartbeat_every_ = std::max<Millis>(visibility_ / 3, 100);
-    program_ = find_program(o_.command.at(0));
+    program_ = work::find_program(o_.command.at(0));
+    args_.assign(o_.command.begin() + 1, o_.command.end());
+    auto policy = policy_options(o_, program_, o_.idempotency_window.value_or(config.retention));
+    policy.stage = stage_options(broker_, o_, config);
+    policy_.emplace(broker_, clock_, std::move(policy));
   }
 
   int run() {
-    install_signals();
-    close_on_exec_everything();
+    work::install_signals();
+    work::close_on_exec_everything();
     watch_ = broker_.watch();
-    started_at_ = steady_now();
+    started_at_ = work::steady_now();
     for (;;) {
-      Millis now = steady_now();
+      Millis now = work::steady_now();
       handle_signals(now);
       if (stop_now_) break;
       reap_children();
@@ -220,11 +146,11 @@ class Worker {
       draw_progress(now, false);
       wait_for_events(now);
     }
-    finish_progress();
+    progress_.finish(counts_, work::steady_now() - started_at_);
     // Stopped by a signal: a clean stop, whatever failed before it (a service
     // manager must not count it as a failure). Otherwise say if anything failed.
     if (stopped_by_signal_) return 0;
-    return failed_ + dead_lettered_ > 0 ? kSomeFailed : 0;
+    return counts_.failed + counts_.dead_lettered > 0 ? kSomeFailed : 0;
   }
 
  private:
@@ -241,20 +167,20 @@ class Worker {
   // Runs `op` (a write); false if the writer lock was busy.
   template <class Op>
   bool with_lock(Op&& op) {
-    const Millis began = steady_now();
+    const Millis began = work::steady_now();
     try {
       op();
     } catch (const q::Error& e) {
       if (e.kind() != q::ErrorKind::Busy) throw;
-      Millis now = steady_now();
+      Millis now = work::steady_now();
       if (lock_wait_since_ == 0) lock_wait_since_ = began;
-      note(fmt::format("{}; still waiting for it ({} so far), running commands go on",
+      progress_.note(fmt::format("{}; still waiting for it ({} so far), running commands go on",
                        e.what(), q::format_duration((now - lock_wait_since_) / 100 * 100)));
       return false;
     }
     if (lock_wait_since_ != 0) {
-      note(fmt::format("got the writer lock after {}",
-                       q::format_duration((steady_now() - lock_wait_since_) / 100 * 100)));
+      progress_.note(fmt::format("got the writer lock after {}",
+                       q::format_duration((work::steady_now() - lock_wait_since_) / 100 * 100)));
       lock_wait_since_ = 0;
     }
     return true;
@@ -271,12 +197,12 @@ class Worker {
     return std::min(n, local_rate_.allows(now));
   }
 
-  bool queue_has_visible() { return broker_.next_delivery(o_.queue, false) <= q::SystemClock().now(); }
+  bool queue_has_visible() { return broker_.next_delivery(o_.queue, false) <= clock_.now(); }
 
   bool take_messages(Millis now) {
     auto n = capacity(now);
     if (n == 0) return false;
-    if (broker_.next_delivery(o_.queue, true) > q::SystemClock().now()) return false;
+    if (broker_.next_delivery(o_.queue, true) > clock_.now()) return false;
     q::ReceiveOptions options;
     options.max_messages = static_cast<std::uint32_t>(n);
     options.visibility_timeout = visibility_;
@@ -308,9 +234,10 @@ class Worker {
   // new receipt; it is never started a second time.
   bool adopt_redelivery(const q::Message& m) {
     auto adopt = [&](Job& job) {
-      note(fmt::format("message {}: its lease ran out while its command ran; this runner "
-                       "took it again and keeps the one run (raise --visibility-timeout?)",
-                       m.id));
+      progress_.note(fmt::format("message {}: its lease ran out while its command ran; this "
+                                 "runner took it again and keeps the one run (raise "
+                                 "--visibility-timeout?)",
+                                 m.id));
       job.message.receipt = m.receipt;
       job.message.receive_count = m.receive_count;
       job.lease_lost = false;
@@ -331,168 +258,92 @@ class Worker {
     for (const auto& [k, v] : m.attributes)
       if (k == o_.idempotency_attribute) key = v;
     if (key.size() > q::kMaxIdempotencyKey) {
-      note(fmt::format("message {}: idempotency key longer than {} bytes, not used", m.id,
-                       q::kMaxIdempotencyKey));
+      progress_.note(fmt::format("message {}: idempotency key longer than {} bytes, not used",
+                                 m.id, q::kMaxIdempotencyKey));
       return {};
     }
     return key;
   }
 
-  // ---- running a command --------------------------------------------------------
+  // ---- running and reaping commands ------------------------------------------------
 
-  // q work's environment, each name once: the variables q work sets replace
-  // inherited ones of the same name (getenv reads the first), inherited
-  // Q_ATTR_* go (only this message's attributes), and of attribute keys that
-  // map to one name the last one wins.
-  std::vector<std::string> environment(const q::Message& m) const {
-    std::vector<std::string> env;
-    std::map<std::string, std::size_t, std::less<>> at;  // name -> index in env
-    auto set = [&](const std::string& name, const std::string& value) {
-      auto [it, fresh] = at.emplace(name, env.size());
-      if (fresh)
-        env.push_back(name + "=" + value);
-      else
-        env[it->second] = name + "=" + value;
-    };
-    static const std::set<std::string_view> ours = {"Q_QUEUE",     "Q_FILE",
-                                                    "Q_MESSAGE_ID", "Q_RECEIPT",
-                                                    "Q_RECEIVE_COUNT", "Q_SENT_AT"};
-    for (char** e = environ; *e; ++e) {
-      std::string_view var(*e);
-      auto eq = var.find('=');
-      if (eq == std::string_view::npos) continue;
-      std::string_view name = var.substr(0, eq);
-      if (name.substr(0, 7) == "Q_ATTR_" || ours.count(name)) continue;
-      if (at.count(name)) continue;  // a name twice in q work's own: the first, as getenv
-      set(std::string(name), std::string(var.substr(eq + 1)));
-    }
-    set("Q_QUEUE", o_.queue);
-    set("Q_FILE", o_.queue_file);
-    set("Q_MESSAGE_ID", m.id);
-    set("Q_RECEIPT", m.receipt);
-    set("Q_RECEIVE_COUNT", std::to_string(m.receive_count));
-    set("Q_SENT_AT", q::format_time(m.sent_at));
-    for (const auto& [k, v] : m.attributes) set(attribute_variable(k), v);
-    return env;
-  }
+  bool stage() const { return !policy_->options().stage.to.empty(); }
 
   void start(q::Message m, std::string key, Millis now) {
-    // The body goes through a memory file, so a command that never reads its
-    // stdin cannot block us.
-    int body_fd = memfd_create("q-body", MFD_CLOEXEC);
-    int err_pipe[2], exec_pipe[2];
-    if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
-      throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
-    if (!q::files::write_all(body_fd, m.body))
-      throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
-    ::lseek(body_fd, 0, SEEK_SET);
-
-    auto env_strings = environment(m);
-    std::vector<char*> argv, envp;
-    argv.push_back(const_cast<char*>(program_.c_str()));
-    for (std::size_t i = 1; i < o_.command.size(); ++i)
-      argv.push_back(const_cast<char*>(o_.command[i].c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    pid_t parent = getpid();
-
-    pid_t pid;
-    {
-      SignalsBlocked blocked;
-      pid = fork();
-      if (pid == 0) {
-        // Only async-signal-safe calls until exec; no LMDB here.
-        setpgid(0, 0);  // our own group: a terminal's Ctrl-C is for q work to handle
-        prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
-        if (getppid() != parent) _exit(127);
-        reset_signals_in_child();
-        dup2(body_fd, STDIN_FILENO);
-        dup2(err_pipe[1], STDERR_FILENO);
-        execve(argv[0], argv.data(), envp.data());
-        // Tell the parent why (the pipe closes unread on a successful exec).
-        int why = errno;
-        [[maybe_unused]] auto n = ::write(exec_pipe[1], &why, sizeof why);
-        _exit(why == ENOENT ? 127 : 126);
-      }
-    }
-    if (pid < 0)
-      throw q::Error(q::ErrorKind::Io, fmt::format("cannot fork: {}", std::strerror(errno)));
-    Millis forked = steady_now();
-    setpgid(pid, pid);
-    ::close(body_fd);
-    ::close(err_pipe[1]);
-    ::close(exec_pipe[1]);
-    fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-
     Job job;
-    job.exec_errno = exec_result(exec_pipe[0]);
-    ::close(exec_pipe[0]);
+    if (stage()) job.output_fd = work::output_file();
+    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file),
+                            m.body, job.output_fd);
+    job.ending.exec_errno = job.child.exec_errno;
     job.message = std::move(m);
     job.key = std::move(key);
-    job.pid = pid;
-    job.stderr_fd = err_pipe[0];
-    job.started = forked;
     job.next_heartbeat = now + heartbeat_every_;  // the lease counts from the receive
     // The timeout counts from the fork: not from before a wait for the lock.
-    if (o_.timeout) job.deadline = forked + *o_.timeout;
+    if (o_.timeout) job.deadline = job.child.forked + *o_.timeout;
+    pid_t pid = job.child.pid;
     jobs_.emplace(pid, std::move(job));
   }
 
-  // Waits for the exec (the pipe closes) or its failure (the errno arrives);
-  // the child does nothing that can block before either.
-  static int exec_result(int fd) {
-    int why = 0;
-    for (;;) {
-      ssize_t n = ::read(fd, &why, sizeof why);
-      if (n < 0 && errno == EINTR) continue;
-      return n == static_cast<ssize_t>(sizeof why) ? why : 0;
-    }
-  }
-
   void read_stderr(Job& job) {
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(job.stderr_fd, buf, sizeof buf);
-      if (n <= 0) {
-        if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          ::close(job.stderr_fd);
-          job.stderr_fd = -1;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        return;
-      }
-      clear_progress();
-      [[maybe_unused]] auto w = ::write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
-      job.stderr_tail.append(buf, static_cast<std::size_t>(n));
-      // Kept by whole characters: the reason is stored, exported and imported as text.
-      if (job.stderr_tail.size() > 4096) job.stderr_tail = std::string(q::utf8_suffix(job.stderr_tail, 2048));
-    }
+    work::pump_stderr(job.child.stderr_fd, job.ending.stderr_tail, [this] { progress_.clear(); });
   }
-
-  // ---- outcomes -----------------------------------------------------------------------
 
   // Moves every command that has ended to exited_, to be settled.
   void reap_children() {
-    for (;;) {
-      int status = 0;
-      pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      auto it = jobs_.find(pid);
+    work::Reaped reaped;
+    while (work::reap_one(reaped)) {
+      auto it = jobs_.find(reaped.pid);
       if (it == jobs_.end()) continue;
       Job& job = it->second;
-      if (job.stderr_fd >= 0) read_stderr(job);
-      if (job.stderr_fd >= 0) ::close(job.stderr_fd);
-      job.stderr_fd = -1;
-      job.status = status;
+      if (job.child.stderr_fd >= 0) read_stderr(job);
+      if (job.child.stderr_fd >= 0) ::close(job.child.stderr_fd);
+      job.child.stderr_fd = -1;
+      job.ending.status = reaped.status;
+      collect_output(job);
       exited_.push_back(std::move(job));
       jobs_.erase(it);
     }
   }
 
-  static bool plain_success(const Job& job) {
-    return !job.timed_out && !job.stopped && job.exec_errno == 0 && WIFEXITED(job.status) &&
-           WEXITSTATUS(job.status) == 0 && job.key.empty();
+  // --to: the output of a command that ended, unless over --to-max-bytes.
+  void collect_output(Job& job) {
+    if (job.output_fd < 0) return;
+    const auto limit = policy_->options().stage.max_bytes;
+    if (!job.ending.output_over_limit && work::output_size(job.output_fd) <= limit)
+      job.ending.output = work::read_output(job.output_fd);
+    else
+      job.ending.output_over_limit = true;
+    ::close(job.output_fd);
+    job.output_fd = -1;
+  }
+
+  // --to: a command writing past --to-max-bytes is stopped at once (its run
+  // has failed), so the memory file stays near the limit.
+  void check_output_sizes() {
+    const auto limit = policy_->options().stage.max_bytes;
+    for (auto& [pid, job] : jobs_) {
+      if (job.output_fd < 0 || job.ending.output_over_limit) continue;
+      if (work::output_size(job.output_fd) <= limit) continue;
+      job.ending.output_over_limit = true;
+      ::kill(-job.child.pid, SIGKILL);
+    }
+  }
+
+  // ---- outcomes -----------------------------------------------------------------------
+
+  void count(work::Tally tally) {
+    switch (tally) {
+      case work::Tally::Done: ++counts_.done; break;
+      case work::Tally::Failed: ++counts_.failed; break;
+      case work::Tally::DeadLettered: ++counts_.dead_lettered; break;
+      case work::Tally::Released: ++counts_.released; break;
+      case work::Tally::Skipped: ++counts_.skipped; break;
+      case work::Tally::None: break;
+    }
+  }
+
+  bool acks_together(const Job& job) const {
+    return job.skip || policy_->plain_ack(job.ending, job.key);
   }
 
   // Records the outcome of every ended command (and acks idempotent repeats):
@@ -502,127 +353,37 @@ class Worker {
     if (exited_.empty()) return;
     std::vector<std::string> acks;
     for (const auto& job : exited_)
-      if (job.skip || plain_success(job)) acks.push_back(job.message.receipt);
+      if (acks_together(job)) acks.push_back(job.message.receipt);
     if (!acks.empty()) {
-      std::vector<q::ReceiptResult> results;
-      if (!with_lock([&] { results = broker_.ack(o_.queue, acks); })) return;
-      for (const auto& result : results)
-        if (result.outcome != q::ReceiptOutcome::Done) lease_lost_at_ack(result.receipt);
-      for (const auto& job : exited_) {
-        if (job.skip) ++skipped_;
-        else if (plain_success(job)) ++done_;
-      }
+      std::vector<std::string> notes;
+      if (!with_lock([&] { notes = policy_->ack_all(acks); })) return;
+      for (const auto& line : notes) progress_.note(line);
+      for (const auto& job : exited_)
+        if (acks_together(job)) count(job.skip ? work::Tally::Skipped : work::Tally::Done);
       exited_.erase(std::remove_if(exited_.begin(), exited_.end(),
-                                   [](const Job& job) { return job.skip || plain_success(job); }),
+                                   [&](const Job& job) { return acks_together(job); }),
                     exited_.end());
     }
     while (!exited_.empty()) {
-      if (!with_lock([&] { finish(exited_.front()); })) return;
+      const Job& job = exited_.front();
+      work::Settled settled;
+      if (!with_lock([&] { settled = policy_->settle(job.message, job.key, job.ending); }))
+        return;
+      count(settled.tally);
+      if (!settled.note.empty()) progress_.note(settled.note);
       exited_.pop_front();
     }
   }
 
-  void lease_lost_at_ack(const std::string& receipt) const {
-    note(fmt::format("receipt {}: done, but its lease was lost before the ack (another "
-                     "consumer may run it again; raise the visibility timeout?)",
-                     receipt));
-  }
-
-  // The last three lines the command wrote to stderr, for the reason.
-  static std::string stderr_lines(const std::string& tail) {
-    std::vector<std::string_view> lines;
-    std::string_view rest(tail);
-    while (!rest.empty()) {
-      auto nl = rest.find('\n');
-      auto line = rest.substr(0, nl);
-      if (!line.empty() && line != "\r") lines.push_back(line);
-      if (nl == std::string_view::npos) break;
-      rest.remove_prefix(nl + 1);
-    }
-    std::string text;
-    for (std::size_t i = lines.size() > 3 ? lines.size() - 3 : 0; i < lines.size(); ++i) {
-      if (!text.empty()) text.push_back('\n');
-      text.append(lines[i]);
-    }
-    if (text.size() > 1000) text = "..." + std::string(q::utf8_suffix(text, 1000));
-    return text;
-  }
-
-  std::string cannot_run(int why) const {
-    std::string text = fmt::format("cannot run {}: {}", program_, std::strerror(why));
-    if (why == E2BIG)
-      text += " (the message's attributes and q work's environment exceed the system's "
-              "limit for a command's arguments and environment)";
-    return text;
-  }
-
-  // One ended command's outcome; throws q::Error Busy (the caller tries again
-  // later: nothing was recorded or counted).
-  void finish(const Job& job) {
-    const int status = job.status;
-    std::string what;
-    bool success = false, bad_message = false;
-    if (job.stopped) {
-      what = fmt::format("q work stopped after {} grace", q::format_duration(o_.grace));
-    } else if (job.timed_out) {
-      what = fmt::format("timed out after {}", q::format_duration(*o_.timeout));
-    } else if (job.exec_errno != 0) {
-      what = cannot_run(job.exec_errno);
-    } else if (WIFEXITED(status)) {
-      int code = WEXITSTATUS(status);
-      success = code == 0;
-      bad_message = code == 65;
-      what = fmt::format("exit status {}", code);
-    } else if (WIFSIGNALED(status)) {
-      what = fmt::format("killed by {}", signal_name(WTERMSIG(status)));
-    }
-    auto tail = stderr_lines(job.stderr_tail);
-    std::string reason = tail.empty() ? what : what + ": " + tail;
-    const auto& m = job.message;
-    try {
-      if (job.stopped) {
-        // Released only now that its command has exited: no second run can
-        // overlap this one.
-        q::NackOptions nack;
-        nack.reason = what;
-        broker_.nack(o_.queue, m.receipt, nack);
-        ++released_;
-      } else if (success) {
-        if (broker_.ack_done(o_.queue, m.receipt, job.key, *idempotency_window_) !=
-            q::ReceiptOutcome::Done)
-          lease_lost_at_ack(m.receipt);
-        ++done_;
-      } else if (bad_message) {
-        broker_.dead_letter(o_.queue, m.receipt, reason);
-        ++dead_lettered_;
-        note(fmt::format("message {}: dead-lettered ({})", m.id, what));
-      } else {
-        q::NackOptions nack;
-        nack.backoff = true;
-        nack.backoff_base = o_.backoff_base;
-        nack.backoff_cap = o_.backoff_cap;
-        nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
-        Millis at = broker_.nack(o_.queue, m.receipt, nack);
-        ++failed_;
-        note(fmt::format("message {}: failed ({}), retry in {}", m.id, what,
-                         q::format_duration(std::max<Millis>(0, at - q::SystemClock().now()))));
-      }
-    } catch (const q::Error& e) {
-      if (e.kind() != q::ErrorKind::Stale) throw;
-      if (job.stopped) return;  // its lease ran out meanwhile: it is back all the same
-      ++failed_;
-      note(fmt::format("message {}: {} ({})", m.id, e.what(), what));
-    }
-  }
-
   void beat_and_time_out(Millis now) {
+    if (stage()) check_output_sizes();
     for (auto& [pid, job] : jobs_) {
       if (now >= job.kill_at) {
-        ::kill(-job.pid, SIGKILL);
+        ::kill(-job.child.pid, SIGKILL);
         job.kill_at = INT64_MAX;
       } else if (now >= job.deadline) {
-        ::kill(-job.pid, SIGTERM);
-        job.timed_out = true;
+        ::kill(-job.child.pid, SIGTERM);
+        job.ending.timed_out = true;
         job.deadline = INT64_MAX;
         job.kill_at = now + o_.kill_after;
       }
@@ -631,16 +392,14 @@ class Worker {
     // message must not reach another consumer before the command has exited.
     for (auto& [pid, job] : jobs_) {
       if (now < job.next_heartbeat || job.lease_lost) continue;
-      bool extended = with_lock([&] {
-        try {
-          broker_.extend(o_.queue, job.message.receipt, visibility_);
-        } catch (const q::Error& e) {
-          if (e.kind() != q::ErrorKind::Stale && e.kind() != q::ErrorKind::InvalidData) throw;
-          job.lease_lost = true;
-          note(fmt::format("message {}: heartbeat failed: {}", job.message.id, e.what()));
-        }
-      });
-      if (!extended) return;  // the lock is busy for every job alike: next turn
+      q::ReceiptResult beat;
+      if (!with_lock([&] { beat = policy_->heartbeat(job.message.receipt, visibility_); }))
+        return;  // the lock is busy for every job alike: next turn
+      if (beat.outcome != q::ReceiptOutcome::Done) {
+        job.lease_lost = true;
+        progress_.note(
+            fmt::format("message {}: heartbeat failed: {}", job.message.id, beat.detail));
+      }
       job.next_heartbeat = now + heartbeat_every_;
     }
   }
@@ -648,12 +407,12 @@ class Worker {
   // ---- stopping -----------------------------------------------------------------------
 
   void handle_signals(Millis now) {
-    if (stop_signals() == 0) return;
+    if (work::stop_signals() == 0) return;
     stopped_by_signal_ = true;
-    if (stop_signals() >= 2) {
+    if (work::stop_signals() >= 2) {
       // Stop at once: the messages come back when their leases run out (a
       // command may still run: its message is not released under it).
-      for (auto& [pid, job] : jobs_) ::kill(-job.pid, SIGTERM);
+      for (auto& [pid, job] : jobs_) ::kill(-job.child.pid, SIGTERM);
       stop_now_ = true;
       return;
     }
@@ -661,7 +420,7 @@ class Worker {
       stopping_ = true;
       stop_deadline_ = now + o_.grace;
       if (!jobs_.empty())
-        note(fmt::format("stopping: waiting up to {} for {} running command(s)",
+        progress_.note(fmt::format("stopping: waiting up to {} for {} running command(s)",
                          q::format_duration(o_.grace), jobs_.size()));
     }
   }
@@ -670,9 +429,9 @@ class Worker {
   // later; each message is released once its command has exited (settle).
   void stop_unfinished(Millis now) {
     for (auto& [pid, job] : jobs_) {
-      if (job.stopped) continue;
-      ::kill(-job.pid, SIGTERM);
-      job.stopped = true;
+      if (job.ending.stopped) continue;
+      ::kill(-job.child.pid, SIGTERM);
+      job.ending.stopped = true;
       job.deadline = INT64_MAX;
       job.kill_at = std::min(job.kill_at, now + o_.kill_after);
     }
@@ -686,10 +445,11 @@ class Worker {
     if (!exited_.empty()) until = now;  // outcomes to record (the lock was busy)
     for (const auto& [pid, job] : jobs_)
       until = std::min({until, job.next_heartbeat, job.deadline, job.kill_at});
+    if (stage() && !jobs_.empty()) until = std::min(until, now + kOutputCheckEvery);
     bool want_messages = capacity(now) > 0 || (local_rate_.limited() && !stopping_ &&
                                                busy() < o_.concurrency && !max_reached());
     if (want_messages) {
-      Millis wall_now = q::SystemClock().now();
+      Millis wall_now = clock_.now();
       Millis next = broker_.next_delivery(o_.queue, true);
       // next is INT64_MIN when a message is ready: no subtraction from it.
       if (next <= wall_now) until = now;
@@ -697,17 +457,17 @@ class Worker {
       if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at()));
     }
     std::vector<pollfd> fds;
-    fds.push_back({wake_fd(), POLLIN, 0});
+    fds.push_back({work::wake_fd(), POLLIN, 0});
     if (want_messages && watch_->fd() >= 0) fds.push_back({watch_->fd(), POLLIN, 0});
     std::vector<Job*> readers;
     for (auto& [pid, job] : jobs_)
-      if (job.stderr_fd >= 0) {
-        fds.push_back({job.stderr_fd, POLLIN, 0});
+      if (job.child.stderr_fd >= 0) {
+        fds.push_back({job.child.stderr_fd, POLLIN, 0});
         readers.push_back(&job);
       }
     int timeout = static_cast<int>(std::clamp<Millis>(until - now, 0, 1000));
     if (::poll(fds.data(), fds.size(), timeout) <= 0) return;
-    if (fds[0].revents) drain_wake_pipe();
+    if (fds[0].revents) work::drain_wake_pipe();
     std::size_t first_reader = 1;
     if (want_messages && watch_->fd() >= 0) {
       if (fds[1].revents) watch_->drain();
@@ -717,67 +477,22 @@ class Worker {
       if (fds[first_reader + i].revents) read_stderr(*readers[i]);
   }
 
-  // ---- progress -------------------------------------------------------------------------
-
-  void note(const std::string& line) const {
-    if (o_.quiet) return;
-    clear_progress();
-    std::string text = "q work: " + line + "\n";
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, text.data(), text.size());
-  }
-
-  void clear_progress() const {
-    if (progress_ && progress_shown_) {
-      [[maybe_unused]] auto n = ::write(STDERR_FILENO, "\r\033[K", 4);
-      progress_shown_ = false;
-    }
-  }
-
-  std::string counts() const {
-    return fmt::format("{} done, {} failed, {} dead-lettered, {} skipped repeats", done_, failed_,
-                       dead_lettered_, skipped_);
-  }
-
   void draw_progress(Millis now, bool force) {
-    if (!progress_ || (!force && now - last_draw_ < 1000)) return;
-    last_draw_ = now;
-    // Completions per second over a sliding window of about ten seconds.
-    window_.emplace_back(now, done_ + failed_ + dead_lettered_ + skipped_);
-    while (window_.size() > 11) window_.pop_front();
-    double rate = 0;
-    if (window_.size() > 1 && now > window_.front().first)
-      rate = static_cast<double>(window_.back().second - window_.front().second) * 1000.0 /
-             static_cast<double>(now - window_.front().first);
-    auto stats = broker_.stats(o_.queue).at(0);
-    std::uint64_t backlog = stats.visible + stats.delayed + stats.in_flight;
-    std::string eta = backlog == 0 ? "empty" : rate > 0 ? "empty in " + q::format_duration(static_cast<Millis>(static_cast<double>(backlog) / rate) / 1000 * 1000) : "empty in: never at this rate";
-    std::string line = fmt::format("q work {}: {} | {:.1f}/s | depth {} | {}", o_.queue, counts(),
-                                   rate, backlog, eta);
-    clear_progress();
-    line = "\r" + fit_width(line, terminal_columns(STDERR_FILENO) - 1);
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
-    progress_shown_ = true;
-  }
-
-  void finish_progress() {
-    clear_progress();
-    if (o_.quiet) return;
-    Millis elapsed = steady_now() - started_at_;
-    double rate = elapsed > 0 ? static_cast<double>(done_ + failed_ + dead_lettered_ + skipped_) *
-                                    1000.0 / static_cast<double>(elapsed)
-                              : 0;
-    std::string line = fmt::format("q work {}: {}{} in {:.1f}s ({:.1f}/s)\n", o_.queue, counts(),
-                                   released_ ? fmt::format(", {} released at stop", released_) : "",
-                                   static_cast<double>(elapsed) / 1000.0, rate);
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+    progress_.draw(now, counts_, [this] {
+      auto stats = broker_.stats(o_.queue).at(0);
+      return stats.visible + stats.delayed + stats.in_flight;
+    }, force);
   }
 
   q::Broker& broker_;
+  const q::Clock& clock_;
   const WorkOptions& o_;
   std::string program_;  // the command's path, looked up in PATH once
+  std::vector<std::string> args_;
   LocalRate local_rate_;
+  work::Progress progress_;
+  std::optional<work::OutcomePolicy> policy_;
   Millis visibility_ = 0;
-  std::optional<Millis> idempotency_window_;
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
   std::map<pid_t, Job> jobs_;
@@ -785,18 +500,15 @@ class Worker {
   Millis lock_wait_since_ = 0;  // waiting for the writer lock since (steady), or 0
   bool stopping_ = false, stop_now_ = false, stopped_by_signal_ = false;
   Millis stop_deadline_ = INT64_MAX;
-  std::uint64_t taken_ = 0, done_ = 0, failed_ = 0, dead_lettered_ = 0, skipped_ = 0,
-                released_ = 0;
-  Millis started_at_ = 0, last_draw_ = 0;
-  bool progress_ = false;
-  mutable bool progress_shown_ = false;
-  std::deque<std::pair<Millis, std::uint64_t>> window_;
+  std::uint64_t taken_ = 0;
+  work::Counts counts_;
+  Millis started_at_ = 0;
 };
 
 }  // namespace
 
-int run_worker(q::Broker& broker, const WorkOptions& options) {
-  Worker worker(broker, options);
+int run_worker(q::Broker& broker, const q::Clock& clock, const WorkOptions& options) {
+  Worker worker(broker, clock, options);
   return worker.run();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "broker.hpp"
+#include "worker_policy.hpp"
 
 namespace cli {
 
@@ -29,6 +30,13 @@ struct WorkOptions {
   bool exit_when_empty = false;
   std::optional<std::uint64_t> max_messages;
   bool quiet = false;
+  // --to DST: a stage; stdout of each successful run becomes messages on DST,
+  // sent in the transaction that acks the source message.
+  std::string to;
+  bool to_lines = false;
+  std::optional<std::uint64_t> to_max_bytes;  // default: DST's max message size
+  q::Attributes to_attributes;
+  std::optional<std::string> to_group;
 };
 
 // The least --visibility-timeout: the heartbeat extends a lease every third
@@ -41,8 +49,8 @@ constexpr q::Millis kMinWorkVisibility = 1 * q::kSecond;
 // released for a retry or dead-lettered).
 constexpr int kSomeFailed = 4;
 
-// Runs until stopped (signal, --exit-when-empty, --max-messages); returns the
+// Runs until stopped (time from `clock`, the broker's) (signal, --exit-when-empty, --max-messages); returns the
 // exit status. Throws q::Error for errors of the queue itself.
-int run_worker(q::Broker& broker, const WorkOptions& options);
+int run_worker(q::Broker& broker, const q::Clock& clock, const WorkOptions& options);
 
 }  // namespace cli

@@ -122,6 +122,18 @@ void Broker::dead_letter(const std::string& queue, const std::string& receipt,
   do_dead_letter(queue, receipt, reason);
 }
 
+AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& receipt,
+                                  const std::string& to, std::vector<OutgoingMessage> messages,
+                                  const SendOptions& options) {
+  check_queue_name(queue);
+  check_queue_name(to);
+  if (to == queue)
+    throw Error(ErrorKind::Usage,
+                fmt::format("queue {}: a stage cannot send to the queue it consumes", queue));
+  for (const auto& m : messages) check_outgoing(to, m);
+  return do_ack_and_send(queue, receipt, to, std::move(messages), options);
+}
+
 ReceiptOutcome Broker::ack_done(const std::string& queue, const std::string& receipt,
                                 const std::string& key, Millis keep) {
   check_queue_name(queue);

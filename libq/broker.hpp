@@ -163,6 +163,12 @@ struct ReceiptResult {
   std::string detail;  // why it was stale or malformed
 };
 
+struct AckSendResult {
+  ReceiptOutcome outcome = ReceiptOutcome::Done;
+  std::string detail;             // why the receipt was stale or malformed
+  std::vector<SendResult> sent;   // empty unless the ack was done
+};
+
 struct NackOptions {
   Millis delay = 0;
   bool backoff = false;
@@ -215,6 +221,13 @@ class Broker {
   Millis nack(const std::string& queue, const std::string& receipt, const NackOptions& options);
   // Moves the delivered message to the dead-letter queue at once.
   void dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason);
+  // One stage of a pipeline: acks the delivered message of `queue` and sends
+  // `messages` to the queue `to`, in one transaction. A stale or malformed
+  // receipt sends nothing (the outcome says which); a refused send (no such
+  // queue, full, too large) throws and acks nothing. `to` must not be `queue`.
+  AckSendResult ack_and_send(const std::string& queue, const std::string& receipt,
+                             const std::string& to, std::vector<OutgoingMessage> messages,
+                             const SendOptions& options);
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
   ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep);
@@ -263,6 +276,7 @@ class Broker {
   virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
   virtual Millis do_nack(const std::string& queue, const std::string& receipt, const NackOptions& options) = 0;
   virtual void do_dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason) = 0;
+  virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt, const std::string& to, std::vector<OutgoingMessage> messages, const SendOptions& options) = 0;
   virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep) = 0;
   virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;
   virtual Millis do_next_delivery(const std::string& queue, bool rate_limited) = 0;

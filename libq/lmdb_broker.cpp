@@ -111,6 +111,15 @@ class LmdbBroker final : public Broker {
                                const SendOptions& options) override {
     if (messages.size() >= kBulkSend) commit_small_change(queue);
     Txn txn(*env_, Txn::Write);
+    auto results = send_in(txn, queue, std::move(messages), options);
+    txn.commit();
+    return results;
+  }
+
+  // A send inside the caller's write transaction (send, ack_and_send).
+  std::vector<SendResult> send_in(Txn& txn, const std::string& queue,
+                                  std::vector<OutgoingMessage> messages,
+                                  const SendOptions& options) {
     auto existing = load(txn, queue);
     if (!existing) {
       if (!options.create_queue) no_such_queue(queue);
@@ -194,8 +203,32 @@ class LmdbBroker final : public Broker {
     }
     set_meta_u64(txn, store::kNextSeqKey, seq);
     view.save();
-    txn.commit();
     return results;
+  }
+
+  AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,
+                                const std::string& to, std::vector<OutgoingMessage> messages,
+                                const SendOptions& options) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    AckSendResult result;
+    try {
+      auto delivery = view.current_delivery(receipt);
+      view.remove_live(delivery.seq, delivery.header);
+      ++view.rec.counters.acked;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
+      // Nothing is written: the output of a run whose lease was lost is not sent.
+      result.outcome =
+          e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
+      result.detail = e.what();
+      return result;
+    }
+    view.save();
+    result.sent = send_in(txn, to, std::move(messages), options);
+    txn.commit();
+    return result;
   }
 
   std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) override {

@@ -193,3 +193,62 @@ TEST_F(OperationsTest, DeleteChosenDeadLetters) {
 }
 
 }  // namespace
+
+namespace {
+
+// q work --to: the ack of the source and the send to the next queue commit
+// together, or neither does.
+TEST(AckAndSend, AcksAndSendsInOneTransactionOrNeither) {
+  q::testing::TempDir tmp;
+  FakeClock clock;
+  LmdbOptions options;
+  options.open.path = tmp.file("stage.q");
+  options.open.create = true;
+  options.clock = &clock;
+  auto broker = open_lmdb_broker(options);
+  broker->create_queue("src", {});
+  ConfigChange small;
+  small.max_depth = 2;
+  broker->create_queue("dst", small);
+  auto take = [&](const std::string& body) {
+    broker->send("src", {{body, {}, ""}}, {});
+    return broker->receive("src", {}).at(0);
+  };
+  auto visible = [&](const std::string& queue) { return broker->stats(queue).at(0).visible; };
+
+  auto m = take("x");
+  auto done = broker->ack_and_send("src", m.receipt, "dst", {{"X1", {{"k", "v"}}, ""}, {"X2", {}, ""}}, {});
+  EXPECT_EQ(done.outcome, ReceiptOutcome::Done);
+  ASSERT_EQ(done.sent.size(), 2u);
+  EXPECT_EQ(visible("dst"), 2u);
+  EXPECT_EQ(broker->stats("src").at(0).counters.acked, 1u);
+  EXPECT_EQ(broker->stats("src").at(0).in_flight, 0u);
+  EXPECT_EQ(broker->peek("dst", 1).at(0).attributes, (Attributes{{"k", "v"}}));
+
+  // A stale receipt sends nothing.
+  auto late = take("y");
+  clock.advance(31 * kSecond);
+  auto again = broker->receive("src", {}).at(0);
+  auto stale = broker->ack_and_send("src", late.receipt, "dst", {{"Y", {}, ""}}, {});
+  EXPECT_EQ(stale.outcome, ReceiptOutcome::Stale);
+  EXPECT_TRUE(stale.sent.empty());
+  EXPECT_EQ(visible("dst"), 2u);
+  EXPECT_EQ(broker->stats("src").at(0).counters.acked, 1u);
+
+  // DST refuses (full): nothing sent and the source is not acked.
+  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "dst", {{"Z", {}, ""}}, {}); }),
+            ErrorKind::Full);
+  EXPECT_EQ(visible("dst"), 2u);
+  EXPECT_EQ(broker->stats("src").at(0).in_flight, 1u);
+  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "nosuch", {{"Z", {}, ""}}, {}); }),
+            ErrorKind::NotFound);
+  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "src", {{"Z", {}, ""}}, {}); }),
+            ErrorKind::Usage);
+  EXPECT_EQ(broker->stats("src").at(0).in_flight, 1u);
+  // Nothing to send: a plain ack.
+  EXPECT_EQ(broker->ack_and_send("src", again.receipt, "dst", {}, {}).outcome, ReceiptOutcome::Done);
+  EXPECT_EQ(broker->stats("src").at(0).in_flight, 0u);
+  EXPECT_EQ(broker->verify(), std::vector<std::string>{});
+}
+
+}  // namespace

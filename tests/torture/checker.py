@@ -18,6 +18,8 @@ Every *.jsonl file in LOGDIR holds one JSON object a line, one per operation:
   {"op":"dlq","q":Q,"out":[<q dlq list --json objects>]}       final dead letters
   {"op":"final_stats","q":Q,"out":{<q stats --json>}}          after the drain
   {"op":"config","allow":{"send":[0,75],...}}   extra exit codes a scenario expects
+  {"op":"stage_out","q":DST,"out":[<q peek --json objects>]}   q work --to: DST at the end,
+                                                each body "ID RECEIPT" of the run that wrote it
 
 t0/t1 are microseconds since the epoch (bash's $EPOCHREALTIME) around the
 process; q's own times (last_received_at, visible_until) are milliseconds.
@@ -44,7 +46,12 @@ The promise checked (the issue's contract):
   5. the queue is empty after the drain (visible, in flight, delayed all 0),
      its dead count matches the dead letters listed, nothing expired; no
      message is both acked (exit 0) and dead-lettered, none acked twice;
-  6. no command exited with a code the scenario did not allow.
+  6. no command exited with a code the scenario did not allow;
+  7. q work --to (when the log has stage_out): every output on DST was written
+     by a run of its message that exited 0, no message has two outputs, none
+     has an output and a consumer's ack or a dead letter, and every message
+     settled by q work (its run exited 0, never acked by a consumer nor
+     dead-lettered) has its output: exactly once per ack, never without it.
 Exit status 0 when every check holds, 1 when any fails, 2 on unusable logs.
 """
 import argparse
@@ -153,6 +160,7 @@ class Checker:
         killed_receives = 0
         killed_pids = {}
         final_stats = {}
+        stage_out = None                           # q work --to: DST's messages at the end
         dead = {}                                  # id -> body
         work_kills = 0
         rc_count = collections.Counter()
@@ -234,6 +242,8 @@ class Checker:
                     ids_by_body[m.get("body")].add(m["id"])
             elif op == "final_stats":
                 final_stats = r.get("out") or {}
+            elif op == "stage_out":
+                stage_out = (stage_out or []) + list(r.get("out") or [])
 
         # Outcomes of deliveries (second pass: receipts are known now).
         for r in recs:
@@ -443,6 +453,9 @@ class Checker:
         for text in lost:
             self.violation("lost", f"sent (exit 0) but never acked nor dead-lettered: {text}")
 
+        if stage_out is not None:
+            self.check_stage(stage_out, deliveries, by_receipt, dead, sends_ok)
+
         # ---- 5. the end state ------------------------------------------------------
         if final_stats:
             for key in ("visible", "in_flight", "delayed"):
@@ -471,6 +484,38 @@ class Checker:
         s["killed_receives"] = killed_receives
         self.dup_reasons = dup
         self.rc_count = rc_count
+
+    # ---- 7. q work --to: output exactly once per ack, never without it --------------
+    def check_stage(self, outputs, deliveries, by_receipt, dead, sends_ok):
+        per_id = collections.Counter()
+        for o in outputs:
+            parts = (o.get("body") or "").split()
+            if len(parts) != 2:
+                self.violation("stage-bad-output", f"output {o.get('id')}: body {o.get('body')!r}")
+                continue
+            mid, receipt = parts
+            per_id[mid] += 1
+            d = by_receipt.get(receipt)
+            if d is None or d.source != "work" or d.id != mid or d.outcome != "work-ok":
+                self.violation("stage-without-success",
+                               f"{mid}: output of receipt {receipt}, whose run did not exit 0 "
+                               f"({d.outcome if d else 'never delivered'})")
+            if mid in dead:
+                self.violation("stage-output-and-dead", f"{mid}: dead-lettered, yet has an output")
+            if any(x.outcome == "acked" for x in deliveries.get(mid, [])):
+                self.violation("stage-output-and-ack",
+                               f"{mid}: acked by a consumer, yet has an output")
+        for mid, n in per_id.items():
+            if n > 1:
+                self.violation("stage-output-twice", f"{mid}: {n} outputs on the stage's queue")
+        for mid in sends_ok.values():
+            ds = deliveries.get(mid, [])
+            if mid in dead or any(d.outcome in ("acked", "ack-killed") for d in ds):
+                continue  # a consumer's ack (a killed one may have committed) or a dead letter
+            if any(d.outcome == "work-ok" for d in ds) and per_id[mid] == 0:
+                self.violation("stage-output-missing",
+                               f"{mid}: settled by q work but has no output on the stage's queue")
+        self.stats["stage_outputs"] = len(outputs)
 
     def report(self, quiet=False):
         s = self.stats

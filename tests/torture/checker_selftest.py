@@ -69,6 +69,19 @@ def clean():
             recv("m2", "b", 2, T0 + 2000), ack("m2", 2, T0 + 2010)] + final()
 
 
+def stage_out(*pairs):
+    """q work --to: DST's messages, each body "ID RECEIPT" of the run that wrote it."""
+    return {"op": "stage_out", "q": "t.out",
+            "out": [{"id": f"o{i}", "body": f"{mid} {mid}.{count:016x}"}
+                    for i, (mid, count) in enumerate(pairs)]}
+
+
+def staged(*extra):
+    """m1 run by q work (exit 0, settled by its ack), m2 acked by a consumer."""
+    return [send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10), work_end("m1", 1, T0 + 20),
+            send("b", "m2", T0), recv("m2", "b", 1, T0 + 10), ack("m2", 1, T0 + 20)] + list(extra) + final()
+
+
 CASES = {
     "clean": (clean(), None),
     "lost": ([send("a", "m1", T0)] + final(), "lost"),
@@ -138,6 +151,15 @@ CASES = {
                      ack("m1", 2, T0 + 2200)] + final(), "acked-twice"),
     "one-body-two-ids": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
                           recv("m2", "a", 1, T0 + 30), ack("m2", 1, T0 + 40)] + final(), "one-body-two-ids"),
+    # q work --to: the output exactly once per ack, never without it.
+    "stage-clean": (staged(stage_out(("m1", 1))), None),
+    "stage-output-missing": (staged(stage_out()), "stage-output-missing"),
+    "stage-output-twice": (staged(stage_out(("m1", 1), ("m1", 1))), "stage-output-twice"),
+    "stage-output-without-ack": (staged(stage_out(("m1", 1), ("m2", 1))), "stage-without-success"),
+    "stage-output-of-failed-run": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
+                                    work_end("m1", 1, T0 + 20, rc=1), work_begin("m1", "a", 2, T0 + 500),
+                                    work_end("m1", 2, T0 + 520)] + [stage_out(("m1", 1))] + final(),
+                                   "stage-without-success"),
 }
 
 failed = 0

@@ -247,8 +247,8 @@ work_loop() {
   while [[ ! -e $STOP ]]; do
     # WORK_LOCK_TIMEOUT, WORK_VT: q work's own --lock-timeout and lease;
     # WORK_QUIET="": its notes too go to work.N.err (storm.sh).
-    HANDLER_LOG=$L/work.$w.jsonl "$Q" ${WORK_LOCK_TIMEOUT:+--lock-timeout "$WORK_LOCK_TIMEOUT"} \
-      work "$QUEUE" -j "$WORK_J" ${WORK_QUIET--q} \
+    HANDLER_STAGE=${WORK_TO:-} HANDLER_LOG=$L/work.$w.jsonl "$Q" ${WORK_LOCK_TIMEOUT:+--lock-timeout "$WORK_LOCK_TIMEOUT"} \
+      work "$QUEUE" -j "$WORK_J" ${WORK_QUIET--q} ${WORK_TO:+--to "$WORK_TO"} \
       --visibility-timeout "${WORK_VT:-${VT_CHOICES[0]}}" --backoff-base 100ms --backoff-cap 500ms \
       --grace 5s -- "$TORTURE_DIR/handler.sh" </dev/null >/dev/null 2>>"$L/work.$w.err" &
     pid=$!
@@ -369,6 +369,12 @@ drain() {
   qrun stats "$QUEUE" --json
   ((RC == 0)) || fail "drain: q stats exited $RC: $(head -c 300 "$QE")"
   printf '{"op":"final_stats","q":"%s","out":%s}\n' "$QUEUE" "$(<"$QO")" >>"$log"
+  # q work --to (WORK_TO): what reached the stage's queue, for the checker's rule 7.
+  if [[ -n ${WORK_TO:-} ]]; then
+    qrun peek "$WORK_TO" --json --max 1000000
+    ((RC == 0)) || fail "drain: q peek $WORK_TO exited $RC: $(head -c 300 "$QE")"
+    printf '{"op":"stage_out","q":"%s","out":%s}\n' "$WORK_TO" "$(json_lines_array "$QO")" >>"$log"
+  fi
 }
 
 # check [CHECKER ARGS]: the checker's verdict; its summary line is kept in $T/summary.json.

@@ -10,7 +10,10 @@
 # on (never exit 69); no q work command may run while another delivery of its
 # message runs (checked from the handler's logs).
 #
-#   storm.sh Q [--fault purge|rogue-clock]
+#   storm.sh Q [--fault purge|rogue-clock] [--stage]
+# --stage: q work runs as a stage (`--to QUEUE.out`), each run's output naming
+# the run; the checker then also proves rule 7: every source message's output
+# is on QUEUE.out exactly once per ack by q work, and never without it.
 # --fault runs a control: the promise is broken on purpose, and the script then
 # exits 0 only when the checker FAILED, and for that reason:
 #   purge        a rogue `q purge` mid-run deletes messages behind everyone's
@@ -24,7 +27,9 @@
 #                the middle of the storm takes the backlog of ready messages
 #                first, and overlaps a live lease only by chance.)
 fault=""
+stage=""
 if [[ ${2:-} == --fault ]]; then fault=$3; set -- "$1"; fi
+if [[ ${2:-} == --stage ]]; then stage=1; set -- "$1"; fi
 source "$(dirname "$0")/lib.sh" "$@"
 
 SECONDS_STORM=$(long_or_short "${STORM_SECONDS:-600}" "${STORM_SECONDS:-15}")
@@ -44,6 +49,11 @@ assert_exit 0 "$Q" create "$QUEUE" --visibility-timeout 1s --max-receives 50 \
 
 # The rogue-clock control plants its overlap on the empty queue (lib.sh).
 [[ $fault == rogue-clock ]] && plant_rogue_clock
+
+if [[ -n $stage ]]; then
+  export WORK_TO=$QUEUE.out
+  assert_exit 0 "$Q" create "$WORK_TO" || die "cannot create the stage's queue"
+fi
 
 start_load "$PRODUCERS" "$CONSUMERS" 1
 

@@ -1,0 +1,308 @@
+#include "worker_child.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "error.hpp"
+#include "files.hpp"
+#include "stop_signals.hpp"
+#include "timefmt.hpp"
+#include "utf8.hpp"
+
+extern char** environ;
+
+namespace cli::work {
+
+using q::Millis;
+
+void install_signals() { install_stop_signals({SIGTERM, SIGINT}, {SIGCHLD}, true); }
+int wake_fd() { return cli::wake_fd(); }
+int stop_signals() { return cli::stop_signals(); }
+
+namespace {
+
+// In the child, before exec: every signal q work handles (or ignores on its
+// own account: SIGPIPE, SIGXFSZ) back to its default, then an empty mask, so
+// a signal that arrived since the fork (blocked until now) takes its default
+// action instead of running q work's handler in the child and being lost.
+// Signals ignored by whoever started q work stay ignored (nohup). Only
+// async-signal-safe calls.
+void reset_signals_in_child() {
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo == SIGKILL || signo == SIGSTOP) continue;
+    struct sigaction current {};
+    if (sigaction(signo, nullptr, &current) != 0) continue;  // glibc's own signals
+    bool ours = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+    if (ours || signo == SIGPIPE || signo == SIGXFSZ) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(signo, &dfl, nullptr);
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Blocks every signal from before a fork until the parent's side is done,
+// so that none reaches the child before reset_signals_in_child.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved_);
+  }
+  ~SignalsBlocked() { sigprocmask(SIG_SETMASK, &saved_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
+}  // namespace
+
+void drain_wake_pipe() { drain_wake(); }
+
+// LMDB's descriptors are not close-on-exec; a command must not inherit them
+// (nor our lock descriptor, which would keep the writer lock alive with it).
+void close_on_exec_everything() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  int self = dirfd(dir);
+  while (auto* entry = readdir(dir)) {
+    int fd = std::atoi(entry->d_name);
+    if (fd > 2 && fd != self) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
+  closedir(dir);
+}
+
+// The path execve needs, looked up once rather than per message.
+std::string find_program(const std::string& name) {
+  auto missing = [&](const char* why) {
+    return q::Error(q::ErrorKind::Usage, fmt::format("command '{}': {}", name, why));
+  };
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!runnable(name)) throw missing("not found or not executable");
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    auto colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (runnable(candidate)) return candidate;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  throw missing("not found in PATH");
+}
+
+Millis steady_now() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+// The environment variable name for attribute `key`: Q_ATTR_ and the key upper-
+// cased, anything but letters and digits as '_'.
+static std::string attribute_variable(const std::string& key) {
+  std::string name = "Q_ATTR_";
+  for (unsigned char c : key) name.push_back(std::isalnum(c) ? static_cast<char>(std::toupper(c)) : '_');
+  return name;
+}
+
+std::string signal_name(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
+}
+
+
+// q work's environment, each name once: the variables q work sets replace
+// inherited ones of the same name (getenv reads the first), inherited
+// Q_ATTR_* go (only this message's attributes), and of attribute keys that
+// map to one name the last one wins.
+std::vector<std::string> environment(const q::Message& m, const std::string& queue,
+                                     const std::string& queue_file) {
+  std::vector<std::string> env;
+  std::map<std::string, std::size_t, std::less<>> at;  // name -> index in env
+  auto set = [&](const std::string& name, const std::string& value) {
+    auto [it, fresh] = at.emplace(name, env.size());
+    if (fresh)
+      env.push_back(name + "=" + value);
+    else
+      env[it->second] = name + "=" + value;
+  };
+  static const std::set<std::string_view> ours = {"Q_QUEUE",     "Q_FILE",
+                                                  "Q_MESSAGE_ID", "Q_RECEIPT",
+                                                  "Q_RECEIVE_COUNT", "Q_SENT_AT"};
+  for (char** e = environ; *e; ++e) {
+    std::string_view var(*e);
+    auto eq = var.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view name = var.substr(0, eq);
+    if (name.substr(0, 7) == "Q_ATTR_" || ours.count(name)) continue;
+    if (at.count(name)) continue;  // a name twice in q work's own: the first, as getenv
+    set(std::string(name), std::string(var.substr(eq + 1)));
+  }
+  set("Q_QUEUE", queue);
+  set("Q_FILE", queue_file);
+  set("Q_MESSAGE_ID", m.id);
+  set("Q_RECEIPT", m.receipt);
+  set("Q_RECEIVE_COUNT", std::to_string(m.receive_count));
+  set("Q_SENT_AT", q::format_time(m.sent_at));
+  for (const auto& [k, v] : m.attributes) set(attribute_variable(k), v);
+  return env;
+}
+
+namespace {
+
+// Waits for the exec (the pipe closes) or its failure (the errno arrives);
+// the child does nothing that can block before either.
+int exec_result(int fd) {
+  int why = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, &why, sizeof why);
+    if (n < 0 && errno == EINTR) continue;
+    return n == static_cast<ssize_t>(sizeof why) ? why : 0;
+  }
+}
+
+}  // namespace
+
+Child spawn(const std::string& program, const std::vector<std::string>& args,
+            const std::vector<std::string>& env, const std::string& body, int stdout_fd) {
+  // The body goes through a memory file, so a command that never reads its
+  // stdin cannot block us.
+  int body_fd = memfd_create("q-body", MFD_CLOEXEC);
+  int err_pipe[2], exec_pipe[2];
+  if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
+    throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
+  if (!q::files::write_all(body_fd, body))
+    throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
+  ::lseek(body_fd, 0, SEEK_SET);
+
+  std::vector<char*> argv, envp;
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t parent = getpid();
+
+  pid_t pid;
+  {
+    SignalsBlocked blocked;
+    pid = fork();
+    if (pid == 0) {
+      // Only async-signal-safe calls until exec; no LMDB here.
+      setpgid(0, 0);  // our own group: a terminal's Ctrl-C is for q work to handle
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
+      if (getppid() != parent) _exit(127);
+      reset_signals_in_child();
+      dup2(body_fd, STDIN_FILENO);
+      if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      execve(argv[0], argv.data(), envp.data());
+      // Tell the parent why (the pipe closes unread on a successful exec).
+      int why = errno;
+      [[maybe_unused]] auto n = ::write(exec_pipe[1], &why, sizeof why);
+      _exit(why == ENOENT ? 127 : 126);
+    }
+  }
+  if (pid < 0)
+    throw q::Error(q::ErrorKind::Io, fmt::format("cannot fork: {}", std::strerror(errno)));
+  Child child;
+  child.forked = steady_now();
+  setpgid(pid, pid);
+  ::close(body_fd);
+  ::close(err_pipe[1]);
+  ::close(exec_pipe[1]);
+  fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  child.exec_errno = exec_result(exec_pipe[0]);
+  ::close(exec_pipe[0]);
+  child.pid = pid;
+  child.stderr_fd = err_pipe[0];
+  return child;
+}
+
+void pump_stderr(int& fd, std::string& tail, const std::function<void()>& before_write) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) {
+      if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(fd);
+        fd = -1;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    before_write();
+    [[maybe_unused]] auto w = ::write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
+    tail.append(buf, static_cast<std::size_t>(n));
+    // Kept by whole characters: the reason is stored, exported and imported as text.
+    if (tail.size() > 4096) tail = std::string(q::utf8_suffix(tail, 2048));
+  }
+}
+
+int output_file() {
+  int fd = memfd_create("q-output", MFD_CLOEXEC);
+  if (fd < 0)
+    throw q::Error(q::ErrorKind::Io,
+                   fmt::format("cannot create the output file: {}", std::strerror(errno)));
+  return fd;
+}
+
+std::uint64_t output_size(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw q::Error(q::ErrorKind::Io, fmt::format("cannot read the output: {}", std::strerror(errno)));
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+std::string read_output(int fd) {
+  std::string data(output_size(fd), '\0');
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw q::Error(q::ErrorKind::Io, fmt::format("cannot read the output: {}", std::strerror(errno)));
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  data.resize(done);
+  return data;
+}
+
+bool reap_one(Reaped& out) {
+  int status = 0;
+  pid_t pid = waitpid(-1, &status, WNOHANG);
+  if (pid <= 0) return false;
+  out.pid = pid;
+  out.status = status;
+  return true;
+}
+
+}  // namespace cli::work

@@ -1,0 +1,196 @@
+#include "worker_policy.hpp"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "error.hpp"
+#include "timefmt.hpp"
+#include "utf8.hpp"
+#include "input.hpp"
+#include "worker_child.hpp"
+
+namespace cli::work {
+
+namespace {
+
+// The last three lines the command wrote to stderr, for the reason.
+std::string stderr_lines(const std::string& tail) {
+  std::vector<std::string_view> lines;
+  std::string_view rest(tail);
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    auto line = rest.substr(0, nl);
+    if (!line.empty() && line != "\r") lines.push_back(line);
+    if (nl == std::string_view::npos) break;
+    rest.remove_prefix(nl + 1);
+  }
+  std::string text;
+  for (std::size_t i = lines.size() > 3 ? lines.size() - 3 : 0; i < lines.size(); ++i) {
+    if (!text.empty()) text.push_back('\n');
+    text.append(lines[i]);
+  }
+  if (text.size() > 1000) text = "..." + std::string(q::utf8_suffix(text, 1000));
+  return text;
+}
+
+std::string cannot_run(const std::string& program, int why) {
+  std::string text = fmt::format("cannot run {}: {}", program, std::strerror(why));
+  if (why == E2BIG)
+    text += " (the message's attributes and q work's environment exceed the system's "
+            "limit for a command's arguments and environment)";
+  return text;
+}
+
+}  // namespace
+
+std::string lease_lost_note(const std::string& receipt) {
+  return fmt::format("receipt {}: done, but its lease was lost before the ack (another "
+                     "consumer may run it again; raise the visibility timeout?)",
+                     receipt);
+}
+
+Judgement judge(const Ending& e, const PolicyOptions& o) {
+  Judgement j;
+  if (e.stopped) {
+    j.verdict = Verdict::ReleaseAtStop;
+    j.what = fmt::format("q work stopped after {} grace", q::format_duration(o.grace));
+  } else if (e.output_over_limit) {
+    j.what = fmt::format("output over {} bytes (--to-max-bytes)", o.stage.max_bytes);
+  } else if (e.timed_out) {
+    j.what = fmt::format("timed out after {}", q::format_duration(o.timeout.value_or(0)));
+  } else if (e.exec_errno != 0) {
+    j.what = cannot_run(o.program, e.exec_errno);
+  } else if (WIFEXITED(e.status)) {
+    int code = WEXITSTATUS(e.status);
+    if (code == 0) j.verdict = Verdict::Ack;
+    if (code == 65) j.verdict = Verdict::DeadLetter;
+    j.what = fmt::format("exit status {}", code);
+  } else if (WIFSIGNALED(e.status)) {
+    j.what = fmt::format("killed by {}", signal_name(WTERMSIG(e.status)));
+  }
+  auto tail = stderr_lines(e.stderr_tail);
+  j.reason = tail.empty() ? j.what : j.what + ": " + tail;
+  return j;
+}
+
+OutcomePolicy::OutcomePolicy(q::Broker& broker, const q::Clock& clock, PolicyOptions options)
+    : broker_(broker), clock_(clock), o_(std::move(options)) {}
+
+bool OutcomePolicy::plain_ack(const Ending& ending, const std::string& key) const {
+  return key.empty() && o_.stage.to.empty() && judge(ending, o_).verdict == Verdict::Ack;
+}
+
+std::vector<q::OutgoingMessage> stage_messages(const q::Message& source, const std::string& output,
+                                               const StageOptions& stage) {
+  std::vector<q::OutgoingMessage> messages;
+  if (output.empty()) return messages;
+  q::Attributes attributes = source.attributes;
+  attributes.insert(attributes.end(), stage.attributes.begin(), stage.attributes.end());
+  attributes = q::last_value_wins(std::move(attributes));
+  std::string group = stage.group.value_or(source.group);
+  auto add = [&](std::string body) {
+    messages.push_back({std::move(body), attributes, "", group});
+  };
+  if (stage.lines) {
+    for (auto& line : split_records(output, '\n')) add(std::move(line));
+  } else {
+    add(output);
+  }
+  return messages;
+}
+
+std::vector<std::string> OutcomePolicy::ack_all(const std::vector<std::string>& receipts) {
+  std::vector<std::string> notes;
+  for (const auto& result : broker_.ack(o_.queue, receipts))
+    if (result.outcome != q::ReceiptOutcome::Done) notes.push_back(lease_lost_note(result.receipt));
+  return notes;
+}
+
+Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const Ending& ending) {
+  const Judgement j = judge(ending, o_);
+  try {
+    switch (j.verdict) {
+      case Verdict::ReleaseAtStop: {
+        // Released only now that its command has exited: no second run can
+        // overlap this one.
+        q::NackOptions nack;
+        nack.reason = j.what;
+        broker_.nack(o_.queue, m.receipt, nack);
+        return {Tally::Released, {}};
+      }
+      case Verdict::Ack: {
+        if (!o_.stage.to.empty()) return pass_on(m, ending);
+        q::ReceiptOutcome outcome =
+            key.empty() ? broker_.ack(o_.queue, {m.receipt}).at(0).outcome
+                        : broker_.ack_done(o_.queue, m.receipt, key, o_.idempotency_window);
+        return {Tally::Done,
+                outcome == q::ReceiptOutcome::Done ? std::string() : lease_lost_note(m.receipt)};
+      }
+      case Verdict::DeadLetter:
+        broker_.dead_letter(o_.queue, m.receipt, j.reason);
+        return {Tally::DeadLettered, fmt::format("message {}: dead-lettered ({})", m.id, j.what)};
+      case Verdict::Retry:
+        return retry(m, j.what, j.reason);
+    }
+  } catch (const q::Error& e) {
+    if (e.kind() != q::ErrorKind::Stale) throw;
+    // Its lease ran out meanwhile: it is back in the queue all the same.
+    if (j.verdict == Verdict::ReleaseAtStop) return {Tally::None, {}};
+    return {Tally::Failed, fmt::format("message {}: {} ({})", m.id, e.what(), j.what)};
+  }
+  return {};
+}
+
+// A stage's success: the source acked and the output sent in one transaction,
+// or neither.
+Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
+  q::AckSendResult result;
+  try {
+    result = broker_.ack_and_send(o_.queue, m.receipt, o_.stage.to,
+                                  stage_messages(m, ending.output, o_.stage), {});
+  } catch (const q::Error& e) {
+    if (e.kind() == q::ErrorKind::Busy || e.kind() == q::ErrorKind::Io) throw;
+    // DST refused the output (full, too large, deleted): a failed run.
+    std::string why = fmt::format("output not sent to {}: {}", o_.stage.to, e.what());
+    return retry(m, why, why);
+  }
+  if (result.outcome != q::ReceiptOutcome::Done)
+    return {Tally::Failed,
+            fmt::format("message {}: done, but its lease was lost before the ack; its output "
+                        "was not sent to {} (it runs again; raise the visibility timeout?)",
+                        m.id, o_.stage.to)};
+  return {Tally::Done, {}};
+}
+
+Settled OutcomePolicy::retry(const q::Message& m, const std::string& what,
+                             const std::string& reason) {
+  q::NackOptions nack;
+  nack.backoff = true;
+  nack.backoff_base = o_.backoff_base;
+  nack.backoff_cap = o_.backoff_cap;
+  nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
+  q::Millis at = broker_.nack(o_.queue, m.receipt, nack);
+  return {Tally::Failed,
+          fmt::format("message {}: failed ({}), retry in {}", m.id, what,
+                      q::format_duration(std::max<q::Millis>(0, at - clock_.now())))};
+}
+
+q::ReceiptResult OutcomePolicy::heartbeat(const std::string& receipt, q::Millis by) {
+  q::ReceiptResult result;
+  result.receipt = receipt;
+  try {
+    broker_.extend(o_.queue, receipt, by);
+  } catch (const q::Error& e) {
+    if (e.kind() == q::ErrorKind::Stale) result.outcome = q::ReceiptOutcome::Stale;
+    else if (e.kind() == q::ErrorKind::InvalidData) result.outcome = q::ReceiptOutcome::Malformed;
+    else throw;
+    result.detail = e.what();
+  }
+  return result;
+}
+
+}  // namespace cli::work

@@ -1,0 +1,87 @@
+# q work SRC --to DST: a stage whose output is sent in the transaction that
+# acks the source message (issue 14 item 2).
+source "$(dirname "$0")/lib.sh" "$@"
+
+"$Q" create src --visibility-timeout 5s --max-receives 10 || die "create src"
+"$Q" create dst || die "create dst"
+export Q T
+
+# bodies QUEUE: every body of QUEUE, one a line, sorted.
+bodies() { "$Q" peek "$1" --json --max 1000 | jq -r .body | sort; }
+
+# ---- the whole output becomes one message, attributes carried over --------------
+for w in alpha beta gamma; do "$Q" send src "$w" --attr origin=test >/dev/null || die send; done
+assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- tr a-z A-Z
+assert_eq $'ALPHA\nBETA\nGAMMA' "$(bodies dst)" "one message on dst per source message"
+assert_eq 3 "$(stat_field src acked)" "the sources are acked"
+assert_eq 0 "$(stat_field src visible)" "nothing left in src"
+assert_eq test "$("$Q" peek dst --json --max 1 | jq -r .attributes.origin)" \
+  "attributes carried over"
+"$Q" purge dst >/dev/null
+
+# ---- --to-lines: one message per line; --to-attr sets an attribute -----------------
+"$Q" send src "a b c" --attr origin=test >/dev/null
+assert_exit 0 "$Q" work src --to dst --to-lines --to-attr origin=split --to-attr stage=2 \
+  --exit-when-empty -q -- sh -c 'tr " " "\n"'
+assert_eq $'a\nb\nc' "$(bodies dst)" "--to-lines: a message per line"
+assert_eq "split 2" "$("$Q" peek dst --json --max 1 | jq -r '"\(.attributes.origin) \(.attributes.stage)"')" \
+  "--to-attr overrides a carried attribute and adds one"
+"$Q" purge dst >/dev/null
+
+# ---- empty output: the source is acked, nothing is sent -----------------------------
+"$Q" send src quiet >/dev/null
+assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- true
+assert_eq 0 "$(stat_field dst visible)" "empty output sends nothing"
+assert_eq 5 "$(stat_field src acked)" "empty output still acks"
+
+# ---- exit 65: dead-lettered, nothing sent; other failures: released, nothing sent ---
+"$Q" send src bad >/dev/null
+assert_exit 4 "$Q" work src --to dst --max-messages 1 -q -- sh -c 'echo partial; exit 65'
+assert_eq 1 "$(stat_field src dead)" "exit 65 dead-letters the source"
+assert_eq 0 "$(stat_field dst visible)" "exit 65 sends nothing"
+"$Q" dlq purge src >/dev/null
+"$Q" send src flaky >/dev/null
+assert_exit 4 "$Q" work src --to dst --max-messages 1 -q -- sh -c 'echo partial; exit 3'
+assert_eq 0 "$(stat_field dst visible)" "a failed run sends nothing"
+assert_eq 1 "$(( $(stat_field src visible) + $(stat_field src delayed) ))" "a failed run is released"
+"$Q" purge src >/dev/null
+
+# ---- a stale receipt at the ack: nothing is sent --------------------------------------
+# The command acks its own message first, so q work's receipt is stale at the ack.
+"$Q" send src stale >/dev/null
+assert_exit 4 "$Q" work src --to dst --max-messages 1 -- \
+  sh -c '"$Q" ack src "$Q_RECEIPT" >/dev/null && echo out'
+assert_contains "$ERR" "was not sent to dst" "a lost lease is reported"
+assert_eq 0 "$(stat_field dst visible)" "a stale receipt sends nothing"
+
+# ---- --to-max-bytes: over the limit is a failure, and a runaway writer is stopped -----
+"$Q" send src big >/dev/null
+assert_exit 4 "$Q" work src --to dst --to-max-bytes 10 --max-messages 1 -- \
+  sh -c 'printf "%s" 0123456789X'
+assert_contains "$ERR" "output over 10 bytes (--to-max-bytes)" "the reason names the limit"
+assert_eq 0 "$(stat_field dst visible)" "over the limit sends nothing"
+"$Q" purge src >/dev/null  # the failed one waits out its backoff
+"$Q" send src big >/dev/null
+assert_exit 0 "$Q" work src --to dst --to-max-bytes 11 --exit-when-empty -q -- \
+  sh -c 'printf "%s" 0123456789X'
+assert_eq 1 "$(stat_field dst visible)" "exactly the limit is sent"
+"$Q" purge dst >/dev/null
+"$Q" send src runaway >/dev/null
+assert_exit 4 timeout 60 "$Q" work src --to dst --to-max-bytes 100000 --max-messages 1 -q -- yes
+assert_eq 0 "$(stat_field dst visible)" "its output is not sent"
+"$Q" purge src >/dev/null
+
+# ---- refused at the start: no DST, DST = SRC, --to-* without --to, FIFO without group -
+"$Q" send src waiting >/dev/null
+assert_exit 66 "$Q" work src --to nosuch -- true
+assert_contains "$ERR" "nosuch" "the missing queue is named"
+assert_eq 0 "$(stat_field src in_flight)" "nothing was taken"
+assert_eq 1 "$(stat_field src visible)" "nothing was taken"
+assert_exit 64 "$Q" work src --to src -- true
+assert_exit 64 "$Q" work src --to-lines -- true
+"$Q" create ordered --fifo >/dev/null || die "create fifo"
+assert_exit 64 "$Q" work src --to ordered -- true
+assert_contains "$ERR" "--to-group" "a FIFO DST needs a group"
+assert_exit 0 "$Q" work src --to ordered --to-group g1 --exit-when-empty -q -- cat
+assert_eq g1 "$("$Q" peek ordered --json --max 1 | jq -r .group)" "--to-group"
+
