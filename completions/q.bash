@@ -15,7 +15,7 @@ _q_spec() {
     'send') _q_subs='' _q_flags='-h --help --lines -0 --null --create -q --quiet --json' _q_vals='--delay --at --attr --dedup-id --group' _q_pos='queue -' ;;
     'receive') _q_subs='' _q_flags='-h --help --json' _q_vals='-n --max --wait --visibility-timeout' _q_pos='queue' ;;
     'ack') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue -*' ;;
-    'work') _q_subs='' _q_flags='-h --help --exit-when-empty -q --quiet' _q_vals='-j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages' _q_pos='queue command*' ;;
+    'work') _q_subs='' _q_flags='-h --help --exit-when-empty -q --quiet --to-lines' _q_vals='-j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --to --to-max-bytes --to-attr --to-group' _q_pos='queue command*' ;;
     'extend') _q_subs='' _q_flags='-h --help --json' _q_vals='--by' _q_pos='queue -' ;;
     'nack') _q_subs='' _q_flags='-h --help --backoff --json' _q_vals='--delay --backoff-base --backoff-cap --reason' _q_pos='queue -' ;;
     'peek') _q_subs='' _q_flags='-h --help --json' _q_vals='-n --max' _q_pos='queue' ;;

@@ -27,7 +27,7 @@ function __q_vals
         case 'q receive'
             printf "%s\n" -n --max --wait --visibility-timeout
         case 'q work'
-            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages
+            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --to --to-max-bytes --to-attr --to-group
         case 'q extend'
             printf "%s\n" --by
         case 'q nack'
@@ -295,6 +295,11 @@ complete -c q -n '__q_at "q work"' -l grace -x -d 'On SIGTERM/SIGINT, let runnin
 complete -c q -n '__q_at "q work"' -l exit-when-empty -d 'Exit once nothing is visible and nothing runs (for cron)'
 complete -c q -n '__q_at "q work"' -s n -l max-messages -x -d 'Exit after taking N messages'
 complete -c q -n '__q_at "q work"' -s q -l quiet -d 'No progress line, notes or summary on stderr'
+complete -c q -n '__q_at "q work"' -l to -x -d 'A stage: the stdout of each successful run becomes messages on DST, sent in the transaction that acks the message (exactly once per ack)'
+complete -c q -n '__q_at "q work"' -l to-lines -d 'With --to: one message per line of the output (default: the whole output as one message; empty output sends nothing)'
+complete -c q -n '__q_at "q work"' -l to-max-bytes -x -d 'With --to: the most stdout a run may write'
+complete -c q -n '__q_at "q work"' -l to-attr -x -d 'With --to: set an attribute on the output messages (repeatable; the source\'s attributes are carried over)'
+complete -c q -n '__q_at "q work"' -l to-group -x -d 'With --to: the FIFO group of the output messages (default: the source\'s)'
 
 # q extend
 complete -c q -n '__q_at "q extend"' -s h -l help -d 'Print this help message and exit'
