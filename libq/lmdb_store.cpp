@@ -645,6 +645,8 @@ void Env::init_databases(bool may_initialize) {
       rc = mdb_dbi_open(txn.handle(), n.name, MDB_CREATE, n.dbi);
       if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
     }
+    rc = mdb_dbi_open(txn.handle(), "holders", MDB_CREATE, &holders_dbi_);
+    if (rc != 0) fail(rc, "cannot create database holders");
     if (!txn.get(db_.meta, kFormatKey)) {
       std::uint32_t version = kFormatVersion;
       std::uint64_t one = 1;
@@ -666,6 +668,11 @@ void Env::init_databases(bool may_initialize) {
     if (rc == MDB_NOTFOUND) throw not_ours();
     if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
   }
+  {
+    InLmdb in_lmdb;
+    int rc = mdb_dbi_open(txn.handle(), "holders", 0, &holders_dbi_);
+    holders_open_ = rc == 0;  // older files have none until a holder is named
+  }
   auto format = txn.get(db_.meta, kFormatKey);
   if (!format || format->size() != 4) throw not_ours();
   std::uint32_t version = 0;
@@ -675,6 +682,31 @@ void Env::init_databases(bool may_initialize) {
                 fmt::format("{}: queue file format {} is not supported (this q reads format {})",
                             options_.path, version, kFormatVersion));
   txn.commit();  // keeps the database handles open for later transactions
+}
+
+std::optional<MDB_dbi> Env::holders(Txn& txn, bool create) {
+  if (holders_open_ || holders_pending_) return holders_dbi_;
+  // The transaction that found none: nothing has changed within it.
+  std::size_t id = mdb_txn_id(txn.handle());
+  if (!create && id == holders_absent_at_) return std::nullopt;
+  MDB_dbi dbi;
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_dbi_open(txn.handle(), "holders", create ? MDB_CREATE : 0, &dbi);
+  }
+  if (rc == MDB_NOTFOUND) {
+    holders_absent_at_ = id;
+    return std::nullopt;
+  }
+  if (rc != 0) fail(rc, "cannot open database holders");
+  // A handle opened in a read transaction closes with it; one opened in a
+  // write transaction stays once it commits.
+  if (txn.writes()) {
+    holders_dbi_ = dbi;
+    holders_pending_ = true;
+  }
+  return dbi;
 }
 
 void Env::lock_writer() { lock_bounded(fd_, options_.path); }
@@ -911,6 +943,7 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
 }
 
 Txn::~Txn() {
+  if (txn_ && write_) env_.holders_aborted();
   if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
   if (locked_) env_.unlock_writer();
 }
@@ -922,6 +955,7 @@ void Txn::commit() {
     rc = mdb_txn_commit(txn_);
   }
   txn_ = nullptr;
+  if (write_) rc == 0 ? env_.holders_committed() : env_.holders_aborted();
   if (locked_) {
     if (rc == 0 && env_.publish_on_commit()) {
       env_.unlock_writer();
