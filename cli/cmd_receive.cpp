@@ -1,9 +1,10 @@
-// q receive QUEUE [-n N] [--wait DUR] [--visibility-timeout DUR] [--json]
+// q receive QUEUE [-n N] [--wait DUR] [--visibility-timeout DUR] [--holder PID] [--json]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "holder.hpp"
 #include "input.hpp"
 #include "output.hpp"
 
@@ -13,7 +14,7 @@ namespace {
 struct ReceiveFlags {
   std::string queue;
   std::uint32_t max = 1;
-  std::optional<std::string> wait, visibility_timeout;
+  std::optional<std::string> wait, visibility_timeout, holder;
   bool json = false;
 };
 
@@ -22,6 +23,15 @@ void run_receive(const ReceiveFlags& f, Context& ctx) {
   options.max_messages = f.max;
   options.wait = duration_flag("--wait", f.wait).value_or(0);
   options.visibility_timeout = duration_flag("--visibility-timeout", f.visibility_timeout);
+  if (f.holder) {
+    auto pid = count_flag("--holder", *f.holder, INT32_MAX);
+    options.holder = q::find_holder(static_cast<std::uint32_t>(pid));
+    if (pid == 0 || !options.holder)
+      throw q::Error(q::ErrorKind::Usage,
+                     fmt::format("--holder {}: no such process (give the pid of the process "
+                                 "that works on the messages, like $$ in a shell loop)",
+                                 *f.holder));
+  }
 
   auto messages = ctx.open()->receive(f.queue, options);
   if (messages.empty()) {
@@ -58,6 +68,10 @@ void add_receive(CLI::App& app, Context& ctx) {
   cmd->add_option("--visibility-timeout", f->visibility_timeout,
                   "Hide the messages for DUR instead of the queue's timeout")
       ->type_name("DUR");
+  cmd->add_option("--holder", f->holder,
+                  "Held by process PID: when it dies, the messages are released at once "
+                  "(reason 'holder died') instead of at the end of their visibility timeout")
+      ->type_name("PID");
   cmd->add_flag("--json", f->json,
                 "One JSON object a line: id, receipt, body (or body_base64), receive_count, "
                 "sent_at, attributes, ...");

@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "commands.hpp"
 #include "context.hpp"
 #include "error.hpp"
@@ -20,6 +22,62 @@ struct SendFlags {
   std::vector<std::string> attributes;
 };
 
+std::string format_results(const std::vector<q::SendResult>& results, bool json) {
+  std::string out;
+  for (const auto& r : results) {
+    if (json)
+      out += JsonObject().str("id", r.id).boolean("duplicate", r.duplicate).done() + "\n";
+    else
+      out += r.id + "\n";
+  }
+  return out;
+}
+
+// Group commit of a stream (--lines, -0 from stdin): each batch is what is
+// readable when the last one committed, sent in one transaction, and its ids
+// are written out before more input is read. So a trickle commits each line
+// as it arrives, a fast stream commits large batches, memory holds one batch,
+// and the ids printed are those committed. Input is awaited (poll) outside
+// any transaction: the writer lock is never held while the producer is slow.
+constexpr std::size_t kBatchRecords = 32768;
+constexpr std::size_t kBatchBytes = 8 << 20;
+
+template <class Make>
+void send_stream(const SendFlags& f, Context& ctx, const q::SendOptions& options, Make&& message) {
+  RecordReader reader(STDIN_FILENO, f.null ? '\0' : '\n', kBatchRecords, kBatchBytes);
+  // Opened at the first batch: a new file is created (and its directory
+  // locked for creators) only once there is something to send.
+  std::unique_ptr<q::Broker> broker;
+  std::uint64_t sent = 0;
+  bool any = false;
+  for (;;) {
+    std::vector<std::string> records;
+    try {
+      records = reader.next_batch();
+      // No input at all: one empty send, which still checks (or creates) the queue.
+      if (records.empty() && any) break;
+      std::vector<q::OutgoingMessage> messages;
+      messages.reserve(records.size());
+      for (auto& body : records) messages.push_back(message(std::move(body)));
+      records = {};
+      if (!broker) broker = ctx.open(f.create);
+      auto results = broker->send(f.queue, std::move(messages), options);
+      any = true;
+      sent += results.size();
+      if (!f.quiet && !results.empty() && !write_stdout(format_results(results, f.json))) {
+        ctx.exit = kIoErr;
+        return;
+      }
+      if (results.empty()) break;
+    } catch (const q::Error& e) {
+      if (sent == 0) throw;
+      throw q::Error(e.kind(), fmt::format("{} (in this batch; the {} before it {} sent)",
+                                           e.what(), q::plural(sent, "message"),
+                                           sent == 1 ? "was" : "were"));
+    }
+  }
+}
+
 void run_send(const SendFlags& f, Context& ctx) {
   q::SendOptions options;
   options.create_queue = f.create;
@@ -36,30 +94,28 @@ void run_send(const SendFlags& f, Context& ctx) {
   // environment (README "Attributes").
   attributes = q::last_value_wins(std::move(attributes));
 
-  // All input is read before the transaction starts: a producer stalled on
-  // its stdin must never hold the writer lock.
-  std::string data = (!f.body || *f.body == "-") ? read_stdin() : *f.body;
-  std::vector<std::string> bodies;
-  if (f.lines || f.null)
-    bodies = split_records(data, f.null ? '\0' : '\n');
-  else
-    bodies.push_back(std::move(data));
-
-  std::vector<q::OutgoingMessage> messages;
-  messages.reserve(bodies.size());
-  for (auto& body : bodies)
-    messages.push_back({std::move(body), attributes, f.dedup_id.value_or(""), f.group.value_or("")});
-
-  auto results = ctx.open(f.create)->send(f.queue, std::move(messages), options);
-  if (f.quiet) return;
-  for (const auto& r : results) {
-    if (f.json)
-      ctx.out += JsonObject().str("id", r.id).boolean("duplicate", r.duplicate).done() + "\n";
-    else
-      ctx.out += r.id + "\n";
+  auto message = [&](std::string body) {
+    return q::OutgoingMessage{std::move(body), attributes, f.dedup_id.value_or(""),
+                              f.group.value_or("")};
+  };
+  const bool from_stdin = !f.body || *f.body == "-";
+  if (!(f.lines || f.null) || !from_stdin) {
+    // All input is read before the transaction starts: a producer stalled on
+    // its stdin must never hold the writer lock.
+    std::string data = from_stdin ? read_stdin() : *f.body;
+    std::vector<q::OutgoingMessage> messages;
+    if (f.lines || f.null) {
+      for (auto& body : split_records(data, f.null ? '\0' : '\n'))
+        messages.push_back(message(std::move(body)));
+    } else {
+      messages.push_back(message(std::move(data)));
+    }
+    auto results = ctx.open(f.create)->send(f.queue, std::move(messages), options);
+    if (!f.quiet) ctx.out += format_results(results, f.json);
+    return;
   }
+  send_stream(f, ctx, options, message);
 }
-
 }  // namespace
 
 void add_send(CLI::App& app, Context& ctx) {
@@ -71,8 +127,9 @@ void add_send(CLI::App& app, Context& ctx) {
   cmd->add_option("QUEUE", f->queue, "Queue to send to")->required();
   cmd->add_option("BODY", f->body, "Message body, taken verbatim; '-' or absent: stdin");
   auto* lines = cmd->add_flag("--lines", f->lines,
-                              "One message per line of input (without its newline), all in "
-                              "one transaction");
+                              "One message per line of input (without its newline); from "
+                              "stdin, sent as it arrives, each batch readable at once in one "
+                              "transaction");
   auto* null = cmd->add_flag("-0,--null", f->null, "One message per NUL-terminated record");
   lines->excludes(null);
   auto* delay = cmd->add_option("--delay", f->delay, "Make the message visible after DUR")

@@ -1,5 +1,7 @@
 #include "input.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,6 +124,87 @@ std::string read_stdin() {
     data.append(buf, static_cast<std::size_t>(n));
   }
   return data;
+}
+
+RecordReader::RecordReader(int fd, char separator, std::size_t max_records,
+                           std::size_t max_bytes)
+    : fd_(fd), separator_(separator), max_records_(max_records), max_bytes_(max_bytes) {
+  // A bigger pipe lets the producer go on writing while a batch commits.
+  // Unprivileged processes may ask for up to /proc/sys/fs/pipe-max-size; a
+  // refusal (or a file, a terminal) changes nothing.
+  (void)::fcntl(fd_, F_SETPIPE_SZ, 1 << 20);
+}
+
+bool RecordReader::fill(int timeout_ms) {
+  pollfd p{fd_, POLLIN, 0};
+  for (;;) {
+    int ready = ::poll(&p, 1, timeout_ms);
+    if (ready > 0) break;
+    if (ready == 0) return false;
+    if (errno != EINTR)
+      throw q::Error(q::ErrorKind::Io,
+                     fmt::format("cannot read standard input: {}", std::strerror(errno)));
+  }
+  // Readable, hung up or invalid: read() says which.
+  char chunk[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd_, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw q::Error(q::ErrorKind::Io,
+                     fmt::format("cannot read standard input: {}", std::strerror(errno)));
+    if (n == 0) eof_ = true;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+}
+
+std::vector<std::string> RecordReader::next_batch() {
+  // What was returned last time is gone: keep only the unreturned rest.
+  if (start_ > 0) {
+    buffer_.erase(0, start_);
+    start_ = 0;
+  }
+  std::vector<std::string> batch;
+  std::size_t bytes = 0, read_before = buffer_.size();
+  for (;;) {
+    while (batch.size() < max_records_ && bytes < max_bytes_) {
+      auto* from = buffer_.data() + start_ + scanned_;
+      auto* end = static_cast<const char*>(
+          std::memchr(from, separator_, buffer_.size() - start_ - scanned_));
+      if (!end) {
+        scanned_ = buffer_.size() - start_;
+        break;
+      }
+      auto length = static_cast<std::size_t>(end - (buffer_.data() + start_));
+      batch.emplace_back(buffer_, start_, length);
+      bytes += length;
+      start_ += length + 1;
+      scanned_ = 0;
+    }
+    if (batch.size() >= max_records_ || bytes >= max_bytes_) break;
+    if (scanned_ > kMaxRecord)
+      throw q::Error(q::ErrorKind::InvalidData,
+                     fmt::format("standard input: record {} is over {} bytes, the largest "
+                                 "max size a queue can have",
+                                 records_ + batch.size() + 1, kMaxRecord));
+    if (eof_) {
+      if (start_ < buffer_.size()) {
+        batch.emplace_back(buffer_, start_, buffer_.size() - start_);
+        start_ = buffer_.size();
+        scanned_ = 0;
+      }
+      break;
+    }
+    // Nothing yet: wait for input. Something: take only what is readable
+    // now, lingering a little while a fast producer fills each read.
+    int timeout = -1;
+    if (!batch.empty())
+      timeout = buffer_.size() - read_before >= (1 << 16) ? 1 : 0;
+    if (!fill(timeout)) break;
+  }
+  records_ += batch.size();
+  return batch;
 }
 
 std::vector<std::string> split_records(const std::string& data, char separator) {

@@ -31,6 +31,38 @@ std::pair<std::string, std::string> attribute_flag(const std::string& text);
 // Reads all of standard input, binary-safe. Throws q::Error(Io) on failure.
 std::string read_stdin();
 
+// Reads records ending in `separator` from a descriptor as they arrive, for a
+// group commit: each batch is what is readable now (bounded), so a trickle
+// gives one record a batch and a fast stream large ones. Memory: one batch.
+class RecordReader {
+ public:
+  RecordReader(int fd, char separator, std::size_t max_records, std::size_t max_bytes);
+  // Waits (poll, without a time limit) until input is readable, then returns
+  // the complete records readable now, at most max_records and about
+  // max_bytes. While the input keeps a fast producer's pace (a full read
+  // buffer), it waits a millisecond more for the rest. Empty: end of input.
+  // A final unterminated record counts. Throws q::Error(Io) on a read error,
+  // q::Error(InvalidData) for a record over `max_record` bytes.
+  std::vector<std::string> next_batch();
+  // Records returned so far.
+  std::uint64_t records() const { return records_; }
+
+ private:
+  bool fill(int timeout_ms);  // false: nothing readable within the time
+
+  int fd_;
+  char separator_;
+  std::size_t max_records_, max_bytes_;
+  std::string buffer_;     // read, not yet returned
+  std::size_t start_ = 0;  // of the first record not yet returned
+  std::size_t scanned_ = 0;  // bytes after start_ known to hold no separator
+  bool eof_ = false;
+  std::uint64_t records_ = 0;
+};
+
+// The longest record RecordReader takes: the largest max size a queue can have.
+constexpr std::size_t kMaxRecord = q::kMaxMaxSize;
+
 // Splits on `separator`; a final unterminated record counts, a final separator
 // does not start an empty one.
 std::vector<std::string> split_records(const std::string& data, char separator);

@@ -13,6 +13,7 @@
 
 #include "error.hpp"
 #include "files.hpp"
+#include "holder.hpp"
 #include "stop_signals.hpp"
 #include "output.hpp"
 #include "timefmt.hpp"
@@ -208,6 +209,9 @@ class Worker {
     options.visibility_timeout = visibility_;
     options.rate_limited = true;
     options.one_per_group = true;  // FIFO: never two messages of one group at once
+    // Held by this process: if it dies, its messages go to another worker at once.
+    static const auto self = q::find_holder(static_cast<std::uint32_t>(::getpid()));
+    options.holder = self;
     std::vector<q::Message> messages;
     if (!with_lock([&] { messages = broker_.receive(o_.queue, options); })) return false;
     for (auto& m : messages) {

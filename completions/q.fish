@@ -25,7 +25,7 @@ function __q_vals
         case 'q send'
             printf "%s\n" --delay --at --attr --dedup-id --group
         case 'q receive'
-            printf "%s\n" -n --max --wait --visibility-timeout
+            printf "%s\n" -n --max --wait --visibility-timeout --holder
         case 'q work'
             printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --to --to-max-bytes --to-attr --to-group
         case 'q extend'
@@ -259,7 +259,7 @@ complete -c q -n '__q_at "q config"' -l standard -d 'Fails unless the queue is s
 
 # q send
 complete -c q -n '__q_at "q send"' -s h -l help -d 'Print this help message and exit'
-complete -c q -n '__q_at "q send"' -l lines -d 'One message per line of input (without its newline), all in one transaction'
+complete -c q -n '__q_at "q send"' -l lines -d 'One message per line of input (without its newline)'
 complete -c q -n '__q_at "q send"' -s 0 -l null -d 'One message per NUL-terminated record'
 complete -c q -n '__q_at "q send"' -l delay -x -d 'Make the message visible after DUR'
 complete -c q -n '__q_at "q send"' -l at -x -d 'Make the message visible at TIME'
@@ -275,6 +275,7 @@ complete -c q -n '__q_at "q receive"' -s h -l help -d 'Print this help message a
 complete -c q -n '__q_at "q receive"' -s n -l max -x -d 'Receive up to N messages (default 1)'
 complete -c q -n '__q_at "q receive"' -l wait -x -d 'Long poll: wait up to DUR for a message (wakes within milliseconds of a send)'
 complete -c q -n '__q_at "q receive"' -l visibility-timeout -x -d 'Hide the messages for DUR instead of the queue\'s timeout'
+complete -c q -n '__q_at "q receive"' -l holder -x -d 'Held by process PID: when it dies, the messages are released at once (reason \'holder died\') instead of at the end of their visibility timeout'
 complete -c q -n '__q_at "q receive"' -l json -d 'One JSON object a line: id, receipt, body (or body_base64), receive_count, sent_at, attributes, ..'
 
 # q ack

@@ -143,6 +143,18 @@ struct Message {
   std::string group;  // FIFO queues
 };
 
+// A process named as the holder of the leases it takes (issue 14): once it is
+// gone, its messages are released at once instead of at the end of their
+// visibility timeout. Its start time tells a reused pid apart; see holder.hpp.
+struct Holder {
+  std::uint32_t pid = 0;
+  std::uint64_t start_time = 0;     // /proc/PID/stat field 22: clock ticks after boot
+  std::uint64_t pid_namespace = 0;  // inode of its /proc/PID/ns/pid; 0: unknown
+};
+
+// Released because its holder died: the reason a released message keeps.
+constexpr const char* kHolderDied = "holder died";
+
 struct ReceiveOptions {
   std::uint32_t max_messages = 1;
   std::optional<Millis> visibility_timeout;  // overrides the queue's
@@ -153,6 +165,9 @@ struct ReceiveOptions {
   // FIFO: at most one message of any group (for consumers that run messages
   // concurrently and must not run two of one group at once).
   bool one_per_group = false;
+  // The messages received are held by this process (none: held by nobody,
+  // released only by their timeout, ack or nack).
+  std::optional<Holder> holder;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };

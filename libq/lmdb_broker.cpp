@@ -38,8 +38,9 @@ constexpr std::size_t kBulkSend = 1000;
 class LmdbBroker final : public Broker {
  public:
   LmdbBroker(std::unique_ptr<store::Env> env, const Clock* clock,
-             std::function<std::uint64_t()> random)
-      : env_(std::move(env)), clock_(clock ? clock : &system_clock_), random_(std::move(random)) {
+             std::function<std::uint64_t()> random, HolderProbe holder_alive)
+      : env_(std::move(env)), clock_(clock ? clock : &system_clock_), random_(std::move(random)),
+        holder_alive_(holder_alive ? std::move(holder_alive) : HolderProbe(q::holder_alive)) {
     if (!random_) {
       std::random_device device;
       std::seed_seq seed{device(), device(), device(), device()};
@@ -94,6 +95,7 @@ class LmdbBroker final : public Broker {
                         db().group_messages, db().heads}) {
       for (const auto& key : keys_with_prefix(txn, dbi, view.prefix)) txn.del(dbi, key);
     }
+    drop_queue_holders(txn, view.rec.qid);
     txn.del(db().queues, queue);
     txn.commit();
     return removed;
@@ -130,6 +132,7 @@ class LmdbBroker final : public Broker {
       existing = rec;
     }
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
+    view.holder_alive = &holder_alive_;
     view.maintain();
     const auto& config = view.rec.config;
     check_send_against(queue, config, messages, options);
@@ -277,7 +280,9 @@ class LmdbBroker final : public Broker {
         earliest = std::min(earliest, store::key_time(c.key()));
     }
     if (rate_limited && earliest != INT64_MAX) earliest = std::max(earliest, view.rate_ready_at());
-    return earliest;
+    // A lease whose holder died is released by the next write transaction:
+    // look again at the next check of the holders.
+    return std::min(earliest, next_holder_check(view, holder_alive_));
   }
 
   std::unique_ptr<ChangeWatch> do_watch() override {
@@ -393,6 +398,7 @@ class LmdbBroker final : public Broker {
     }
     QueueView::GroupEdit group(view, header.group);
     if (view.unlink(seq, header)) group.left_flight();
+    drop_holder(view, seq);
     header.visible_at = view.now + delay;
     header.flags = delay > 0 ? Header::kDelayed : 0;
     header.nonce = 0;  // the receipt is spent
@@ -593,6 +599,7 @@ class LmdbBroker final : public Broker {
       existing = rec;
     }
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
+    view.holder_alive = &holder_alive_;
     view.maintain();
     std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
     auto ids = import_into(view, std::move(messages), next_seq);
@@ -606,7 +613,9 @@ class LmdbBroker final : public Broker {
 
   std::vector<std::string> do_verify() override {
     Txn txn(*env_, Txn::Read);
-    return store::verify_file(txn, db(), clock_->now());
+    auto problems = store::verify_file(txn, db(), clock_->now());
+    for (auto& problem : verify_holders(txn, db())) problems.push_back(std::move(problem));
+    return problems;
   }
 
  private:
@@ -621,6 +630,7 @@ class LmdbBroker final : public Broker {
     auto rec = load(txn, queue);
     if (!rec) return;
     QueueView view(txn, db(), queue, std::move(*rec), clock_->now());
+    view.holder_alive = &holder_alive_;
     view.maintain();
     view.save();
     txn.commit();
@@ -642,7 +652,9 @@ class LmdbBroker final : public Broker {
   }
 
   QueueView open(Txn& txn, const std::string& queue) {
-    return QueueView(txn, db(), queue, must_load(txn, queue), clock_->now());
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    view.holder_alive = &holder_alive_;
+    return view;
   }
 
   [[noreturn]] void damaged_queue(const std::string& queue) const {
@@ -794,6 +806,7 @@ class LmdbBroker final : public Broker {
         return false;
       }
       view.unlink(seq, header);
+      drop_holder(view, seq);  // of an earlier delivery
       header.receive_count += 1;
       std::uint64_t nonce;
       do nonce = random_(); while (nonce == 0);
@@ -804,6 +817,7 @@ class LmdbBroker final : public Broker {
       header.flags = Header::kLeased;
       view.link(seq, header);
       view.put_header(db().messages, seq, header);
+      if (options.holder) hold(view, *options.holder, seq, nonce);
       if (group) group->took_flight();
       ++view.rec.counters.received;
       Message m = to_message(seq, header, view.body(seq), MessageState::InFlight);
@@ -829,6 +843,7 @@ class LmdbBroker final : public Broker {
   SystemClock system_clock_;
   const Clock* clock_;
   std::function<std::uint64_t()> random_;
+  HolderProbe holder_alive_;
   std::mt19937_64 engine_;
 };
 
@@ -836,7 +851,8 @@ class LmdbBroker final : public Broker {
 
 std::unique_ptr<Broker> open_lmdb_broker(const LmdbOptions& options) {
   auto env = store::Env::open(options.open);
-  return std::make_unique<LmdbBroker>(std::move(env), options.clock, options.random);
+  return std::make_unique<LmdbBroker>(std::move(env), options.clock, options.random,
+                                      options.holder_alive);
 }
 
 }  // namespace q

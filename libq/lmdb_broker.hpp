@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "broker.hpp"
+#include "holder.hpp"
 #include "lmdb_store.hpp"
 
 namespace q {
@@ -14,6 +15,7 @@ struct LmdbOptions {
   store::OpenOptions open;
   const Clock* clock = nullptr;            // default: the system clock
   std::function<std::uint64_t()> random;   // default: seeded from the OS
+  HolderProbe holder_alive;                // default: q::holder_alive (holder.hpp)
 };
 
 std::unique_ptr<Broker> open_lmdb_broker(const LmdbOptions& options);

@@ -646,6 +646,8 @@ void Env::init_databases(bool may_initialize) {
       rc = mdb_dbi_open(txn.handle(), n.name, MDB_CREATE, n.dbi);
       if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
     }
+    rc = mdb_dbi_open(txn.handle(), "holders", MDB_CREATE, &holders_dbi_);
+    if (rc != 0) fail(rc, "cannot create database holders");
     if (!txn.get(db_.meta, kFormatKey)) {
       txn.put(db_.meta, kFormatKey, encode_format(kFormatVersion));
       txn.put(db_.meta, kNextSeqKey, encode_meta_number(1));
@@ -664,6 +666,11 @@ void Env::init_databases(bool may_initialize) {
     if (rc == MDB_NOTFOUND) throw not_ours();
     if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
   }
+  {
+    InLmdb in_lmdb;
+    int rc = mdb_dbi_open(txn.handle(), "holders", 0, &holders_dbi_);
+    holders_open_ = rc == 0;  // older files have none until a holder is named
+  }
   auto format = txn.get(db_.meta, kFormatKey);
   auto version = format ? decode_format(*format) : std::nullopt;
   if (!version) throw not_ours();
@@ -673,6 +680,31 @@ void Env::init_databases(bool may_initialize) {
                             options_.path, *version, kFormatVersion));
   txn.commit();  // keeps the database handles open for later transactions
   note_format(*version);  // an older format is upgraded by the first write
+}
+
+std::optional<MDB_dbi> Env::holders(Txn& txn, bool create) {
+  if (holders_open_ || holders_pending_) return holders_dbi_;
+  // The transaction that found none: nothing has changed within it.
+  std::size_t id = mdb_txn_id(txn.handle());
+  if (!create && id == holders_absent_at_) return std::nullopt;
+  MDB_dbi dbi;
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_dbi_open(txn.handle(), "holders", create ? MDB_CREATE : 0, &dbi);
+  }
+  if (rc == MDB_NOTFOUND) {
+    holders_absent_at_ = id;
+    return std::nullopt;
+  }
+  if (rc != 0) fail(rc, "cannot open database holders");
+  // A handle opened in a read transaction closes with it; one opened in a
+  // write transaction stays once it commits.
+  if (txn.writes()) {
+    holders_dbi_ = dbi;
+    holders_pending_ = true;
+  }
+  return dbi;
 }
 
 void Env::lock_writer() { lock_bounded(fd_, options_.path); }
@@ -924,6 +956,7 @@ std::uint32_t Txn::format() {
 }
 
 Txn::~Txn() {
+  if (txn_ && write_) env_.holders_aborted();
   if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
   if (locked_) env_.unlock_writer();
 }
@@ -935,6 +968,7 @@ void Txn::commit() {
     rc = mdb_txn_commit(txn_);
   }
   txn_ = nullptr;
+  if (write_) rc == 0 ? env_.holders_committed() : env_.holders_aborted();
   if (rc == 0 && upgraded_) env_.note_format(kFormatVersion);
   if (locked_) {
     if (rc == 0 && env_.publish_on_commit()) {

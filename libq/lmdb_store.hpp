@@ -50,6 +50,8 @@ struct Databases {
       dedup, dedup_expiry, done, done_expiry, groups, group_messages, heads;
 };
 
+class Txn;
+
 class Env {
  public:
   // Checks the file before LMDB touches it (network filesystem, LMDB magic,
@@ -62,6 +64,16 @@ class Env {
   MDB_env* handle() const { return env_; }
   const std::string& path() const { return options_.path; }
   const Databases& db() const { return db_; }
+
+  // The `holders` database (issue 14), which files made before it lack: a
+  // write transaction with `create` makes it; nullopt when it is absent. A
+  // handle opened by a write transaction is kept once that one commits.
+  std::optional<MDB_dbi> holders(Txn& txn, bool create);
+  void holders_committed() {
+    holders_open_ = holders_open_ || holders_pending_;
+    holders_pending_ = false;
+  }
+  void holders_aborted() { holders_pending_ = false; }
 
   // The writer lock is an flock on our own descriptor of the data file, taken
   // before LMDB's own mutex so that waiting for it is bounded (LMDB waits
@@ -145,6 +157,10 @@ class Env {
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
   std::uint32_t format_ = 0;
+  MDB_dbi holders_dbi_ = 0;
+  bool holders_open_ = false;     // holders_dbi_ is valid in every transaction
+  bool holders_pending_ = false;  // opened by the write transaction under way
+  std::size_t holders_absent_at_ = SIZE_MAX;  // transaction id that found none
 };
 
 class Txn {
@@ -157,6 +173,7 @@ class Txn {
 
   void commit();
   MDB_txn* handle() const { return txn_; }
+  bool writes() const { return write_; }
   Env& env() const { return env_; }
 
   std::optional<std::string_view> get(MDB_dbi dbi, std::string_view key);

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "broker.hpp"
+#include "holder.hpp"
 #include "lmdb_store.hpp"
 #include "records.hpp"
 #include "rules.hpp"
@@ -30,6 +31,16 @@ using store::Txn;
 // transactions that run anyway; the bound keeps any one of them short.
 constexpr std::size_t kExpireBatch = 1000;
 
+// How often the holders of a queue's leases are checked for life (issue 14):
+// often enough that a dead holder's message moves on within a fraction of a
+// second, seldom enough that one-shot processes do not each rescan.
+constexpr Millis kHolderCheckEvery = 250;
+
+class QueueView;
+// Holders of leases (lmdb_holders.cpp).
+std::uint64_t release_dead_holders(QueueView& view);
+void drop_holder(QueueView& view, std::uint64_t seq);
+
 // One queue inside one transaction: its record, loaded once and saved at the end.
 class QueueView {
  public:
@@ -44,6 +55,9 @@ class QueueView {
   QueueRecord rec;
   Millis now;
   std::string prefix;
+  // Set by the broker: tells whether a holder of leases lives; without it,
+  // maintain() releases nothing for a dead holder.
+  const HolderProbe* holder_alive = nullptr;
 
   void save() { txn.put(db.queues, name, store::encode(rec)); }
 
@@ -255,6 +269,7 @@ class QueueView {
     GroupEdit& group = open ? *open : own.emplace(*this, header.group);
     if (unlink(seq, header)) group.left_flight();
     group.removed(seq);
+    drop_holder(*this, seq);
     txn.del(db.messages, store::key_q_seq(rec.qid, seq));
     txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
     txn.del(db.bodies, store::key_seq(seq));
@@ -280,6 +295,7 @@ class QueueView {
     if (unlink(seq, header)) group.left_flight();
     group.removed(seq);
     if (own) own->done();
+    drop_holder(*this, seq);
     txn.del(db.messages, store::key_q_seq(rec.qid, seq));
     txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
     header.flags = 0;
@@ -323,6 +339,7 @@ class QueueView {
     expire_dead_letters();
     expire_keys(db.dedup_expiry, db.dedup);
     expire_keys(db.done_expiry, db.done);
+    if (holder_alive) release_dead_holders(*this);
   }
 
   // ---- the shared rate budget (GCRA) --------------------------------------------
@@ -502,6 +519,21 @@ class QueueView {
     return {parsed->seq, std::move(*header)};
   }
 };
+
+// Holders of leases (lmdb_holders.cpp): `holder` takes the delivery `nonce`
+// of message `seq`; drop_holder forgets who held it (ack, nack, a new
+// delivery); release_dead_holders, run by maintain() at most every
+// kHolderCheckEvery, releases the leases of holders that are gone.
+void hold(QueueView& view, const Holder& holder, std::uint64_t seq, std::uint64_t nonce);
+// A read transaction's view: when a waiting receiver should look again for a
+// holder's death: INT64_MAX when no holder of the queue holds a lease, a
+// time at or before now when one is dead (a write transaction will release
+// its leases), else the next check.
+Millis next_holder_check(QueueView& view, const HolderProbe& alive);
+// Removes every holder entry of queue `qid` (the queue is deleted).
+void drop_queue_holders(Txn& txn, std::uint32_t qid);
+// What is inconsistent between the holders database and the messages.
+std::vector<std::string> verify_holders(Txn& txn, const store::Databases& db);
 
 // The message as callers see it: header, body and the state the caller knows.
 Message to_message(std::uint64_t seq, const Header& h, store::Body body, MessageState state);

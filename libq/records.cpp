@@ -531,4 +531,105 @@ std::string key_group_prefix(std::uint32_t qid, std::string_view group) {
   return k;
 }
 
+namespace {
+
+// CRC, then the version byte; false when either is wrong.
+bool holder_version(Reader& r) { return r.u8() == kHolderRecordVersion && r.ok(); }
+
+std::string holder_key(char tag, std::uint32_t qid) {
+  std::string k(1, tag);
+  put_be32(k, qid);
+  return k;
+}
+
+}  // namespace
+
+std::string encode(const HolderCheck& c) {
+  Writer w;
+  w.begin();
+  w.u8(kHolderRecordVersion);
+  w.i64(c.checked_at);
+  return w.seal();
+}
+
+std::string encode(const HolderRecord& h) {
+  Writer w;
+  w.begin();
+  w.u8(kHolderRecordVersion);
+  w.u64(h.pid_namespace);
+  w.i64(h.registered_at);
+  return w.seal();
+}
+
+std::string encode(const LeaseHolder& l) {
+  Writer w;
+  w.begin();
+  w.u8(kHolderRecordVersion);
+  w.u32(l.pid);
+  w.u64(l.start_time);
+  w.u64(l.nonce);
+  return w.seal();
+}
+
+std::optional<HolderCheck> decode_holder_check(std::string_view bytes) {
+  Reader r(bytes);
+  if (!holder_version(r)) return std::nullopt;
+  HolderCheck c;
+  c.checked_at = r.i64();
+  if (!r.done()) return std::nullopt;
+  return c;
+}
+
+std::optional<HolderRecord> decode_holder(std::string_view bytes) {
+  Reader r(bytes);
+  if (!holder_version(r)) return std::nullopt;
+  HolderRecord h;
+  h.pid_namespace = r.u64();
+  h.registered_at = r.i64();
+  if (!r.done()) return std::nullopt;
+  return h;
+}
+
+std::optional<LeaseHolder> decode_lease_holder(std::string_view bytes) {
+  Reader r(bytes);
+  if (!holder_version(r)) return std::nullopt;
+  LeaseHolder l;
+  l.pid = r.u32();
+  l.start_time = r.u64();
+  l.nonce = r.u64();
+  if (!r.done()) return std::nullopt;
+  return l;
+}
+
+std::string key_holder_check(std::uint32_t qid) { return holder_key('c', qid); }
+std::string key_holders(std::uint32_t qid) { return holder_key('h', qid); }
+
+std::string key_holder(std::uint32_t qid, std::uint32_t pid, std::uint64_t start_time) {
+  std::string k = holder_key('h', qid);
+  put_be32(k, pid);
+  put_be64(k, start_time);
+  return k;
+}
+
+std::string key_holder_lease(std::uint32_t qid, std::uint32_t pid, std::uint64_t start_time,
+                             std::uint64_t seq) {
+  std::string k = holder_key('l', qid);
+  put_be32(k, pid);
+  put_be64(k, start_time);
+  put_be64(k, seq);
+  return k;
+}
+
+std::string key_lease_holder(std::uint32_t qid, std::uint64_t seq) {
+  std::string k = holder_key('m', qid);
+  put_be64(k, seq);
+  return k;
+}
+
+std::pair<std::uint32_t, std::uint64_t> key_holder_id(std::string_view key) {
+  return {static_cast<std::uint32_t>(get_be(key, 5, 4)), get_be(key, 9, 8)};
+}
+
+std::uint64_t key_holder_lease_seq(std::string_view key) { return get_be(key, 17, 8); }
+
 }  // namespace q::store

@@ -147,4 +147,41 @@ std::optional<std::uint64_t> decode_meta_number(std::string_view bytes,
 std::string encode_format(std::uint32_t format);
 std::optional<std::uint32_t> decode_format(std::string_view bytes);
 
+// ---- the `holders` database (issue 14) ------------------------------------------
+// Which process holds which lease, per queue. Keys start with a tag byte:
+//   'c' (qid)                      -> HolderCheck: when the holders' liveness was checked
+//   'h' (qid, pid, start)          -> HolderRecord: a holder of leases of the queue
+//   'l' (qid, pid, start, seq)     -> empty: the holder's leases, found by prefix
+//   'm' (qid, seq)                 -> LeaseHolder: who holds message seq's delivery
+// Values start with a CRC-32C and a version byte (1).
+constexpr std::uint8_t kHolderRecordVersion = 1;
+struct HolderCheck {
+  Millis checked_at = 0;
+};
+struct HolderRecord {
+  std::uint64_t pid_namespace = 0;
+  Millis registered_at = 0;
+};
+// The delivery a holder took: a later one (another nonce) is not its to release.
+struct LeaseHolder {
+  std::uint32_t pid = 0;
+  std::uint64_t start_time = 0;
+  std::uint64_t nonce = 0;
+};
+std::string encode(const HolderCheck& check);
+std::string encode(const HolderRecord& record);
+std::string encode(const LeaseHolder& lease);
+std::optional<HolderCheck> decode_holder_check(std::string_view bytes);
+std::optional<HolderRecord> decode_holder(std::string_view bytes);
+std::optional<LeaseHolder> decode_lease_holder(std::string_view bytes);
+std::string key_holder_check(std::uint32_t qid);
+std::string key_holders(std::uint32_t qid);  // prefix of the queue's 'h' keys
+std::string key_holder(std::uint32_t qid, std::uint32_t pid, std::uint64_t start_time);
+std::string key_holder_lease(std::uint32_t qid, std::uint32_t pid, std::uint64_t start_time,
+                             std::uint64_t seq);
+std::string key_lease_holder(std::uint32_t qid, std::uint64_t seq);
+// Of an 'h' key (or the start of an 'l' key): pid and start time.
+std::pair<std::uint32_t, std::uint64_t> key_holder_id(std::string_view key);
+std::uint64_t key_holder_lease_seq(std::string_view key);  // seq of an 'l' key
+
 }  // namespace q::store

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Holders (issue 14 item 3): a message held by a process that dies is released
+# at once (reason "holder died"), not at the end of its visibility timeout; a
+# living holder, even one that is stopped, keeps it.
+source "$(dirname "$0")/lib.sh" "$@"
+scale=${Q_TEST_TIME_SCALE:-1}
+
+assert_exit 0 "$Q" create H --visibility-timeout 5m --max-receives 5
+in_flight_is() { [[ $(stat_field "$1" in_flight) == "$2" ]]; }
+
+# ---- q work killed with -9: another worker has the message within a second -------------
+assert_exit 0 "$Q" send H job1
+"$Q" work H -q -- sleep 60 &
+first=$!
+wait_for 10 in_flight_is H 1 || die "the first worker did not take the message"
+# A second worker waits (no message for it yet).
+"$Q" work H -q --max-messages 1 -- sh -c 'date +%s%3N >"$0"; cat >"$0.body"' "$T/second" &
+second=$!
+sleep 0.3
+killed=$(now_ms)
+kill -9 "$first"
+wait "$first" 2>/dev/null
+exit_within "$second" $((5 * scale)) || fail "the second worker did not finish"
+[[ -s $T/second ]] || die "the second worker never ran the message"
+took=$(($(<"$T/second") - killed))
+assert_eq job1 "$(cat "$T/second.body")" "the second worker ran the killed worker's message"
+echo "q work killed with -9 (visibility timeout 5m): redelivered to a waiting worker in $took ms"
+((took < 1000 * scale)) || fail "redelivery took $took ms (limit $((1000 * scale)) ms)"
+assert_eq 0 "$(stat_field H in_flight)" "nothing left in flight"
+
+# ---- a shell loop with --holder $$, killed --------------------------------------------
+assert_exit 0 "$Q" send H job2
+bash -c '"$1" receive H --holder $$ --json >"$2"; exec sleep 60' _ "$Q" "$T/loop.msg" &
+loop=$!
+wait_for 10 test -s "$T/loop.msg" || die "the loop did not receive"
+killed=$(now_ms)
+kill -9 "$loop"
+wait "$loop" 2>/dev/null
+got=$("$Q" receive H --wait 5s --json)
+took=$(($(now_ms) - killed))
+assert_eq job2 "$(jq -r .body <<<"$got")" "the loop's message came back"
+assert_eq 2 "$(jq -r .receive_count <<<"$got")" "its receive count was kept"
+assert_eq "holder died" "$(jq -r .reason <<<"$got")" "with the reason 'holder died'"
+echo "receive --holder \$\$ loop killed with -9: receivable again after $took ms"
+((took < 1000 * scale)) || fail "redelivery took $took ms (limit $((1000 * scale)) ms)"
+assert_exit 0 "$Q" ack H "$(jq -r .receipt <<<"$got")"
+
+# ---- a one-shot receive releases it too (no waiting receiver) ----------------------------
+assert_exit 0 "$Q" send H job3
+bash -c '"$1" receive H --holder $$ >"$2"; exec sleep 60' _ "$Q" "$T/one.msg" &
+loop=$!
+wait_for 10 test -s "$T/one.msg" || die "the loop did not receive"
+kill -9 "$loop"
+wait "$loop" 2>/dev/null
+receive_any() { "$Q" receive H >/dev/null 2>&1; }
+wait_for 2 receive_any || fail "a one-shot receive did not get the dead holder's message"
+
+# ---- a stopped holder keeps its lease until the timeout ----------------------------------
+assert_exit 0 "$Q" create P --visibility-timeout 2s
+assert_exit 0 "$Q" send P job4
+bash -c '"$1" receive P --holder $$ >"$2"; exec sleep 60' _ "$Q" "$T/stopped.msg" &
+stopped=$!
+wait_for 10 test -s "$T/stopped.msg" || die "the loop did not receive"
+kill -STOP "$stopped"
+assert_exit 1 "$Q" receive P --wait 1s
+assert_eq 1 "$(stat_field P in_flight)" "a stopped holder keeps its lease"
+run "$Q" receive P --wait $((3 * scale))s --json
+assert_eq 0 "$RC" "after its timeout, the message is delivered again"
+assert_eq "null" "$(jq -r '.reason // null' <<<"$OUT")" "released by its timeout, not as 'holder died'"
+kill -9 "$stopped"
+kill -CONT "$stopped" 2>/dev/null
+wait "$stopped" 2>/dev/null
+
+# ---- --holder checks its pid --------------------------------------------------------------
+assert_exit 64 "$Q" receive H --holder 0
+assert_exit 64 "$Q" receive H --holder 4194305
+assert_contains "$ERR" "--holder 4194305: no such process" "names the flag and the pid"
+assert_exit 64 "$Q" receive H --holder abc
+
+assert_exit 0 "$Q" verify
