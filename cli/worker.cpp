@@ -195,6 +195,7 @@ struct Job {
   pid_t pid = -1;
   int stderr_fd = -1;
   std::string stderr_tail;
+  std::string stderr_head;      // the start of stderr, for its first line (grouping)
   Millis started = 0;           // at the fork
   Millis next_heartbeat = 0;
   Millis deadline = INT64_MAX;  // --timeout: SIGTERM
@@ -235,12 +236,14 @@ class Worker {
     close_on_exec_everything();
     watch_ = broker_.watch();
     started_at_ = steady_now();
+    register_command();
     for (;;) {
       Millis now = steady_now();
       handle_signals(now);
       if (stop_now_) break;
       reap_children();
       settle_exited();
+      pause_if_tripped();
       beat_and_time_out(now);
       if (stopping_ && busy() == 0) break;
       if (stopping_ && now >= stop_deadline_) stop_unfinished(now);
@@ -251,14 +254,78 @@ class Worker {
       draw_progress(now, false);
       wait_for_events(now);
     }
+    if (tripped_ && !trip_paused_) broker_.pause(o_.queue, 0, trip_reason_);
     finish_progress();
+    unregister_command();
     // Stopped by a signal: a clean stop, whatever failed before it (a service
     // manager must not count it as a failure). Otherwise say if anything failed.
+    if (tripped_) return kTripped;
     if (stopped_by_signal_) return 0;
     return failed_ + dead_lettered_ > 0 ? kSomeFailed : 0;
   }
 
  private:
+  // --trip: N failures within DUR pause the queue (a downstream is down:
+  // retrying every message only moves them all towards the dead-letter queue)
+  // and stop this runner as SIGTERM would; an operator resumes the queue.
+  void count_failure(const std::string& what) {
+    if (!o_.trip || tripped_) return;
+    Millis now = steady_now();
+    recent_failures_.push_back(now);
+    while (!recent_failures_.empty() && recent_failures_.front() <= now - o_.trip->within)
+      recent_failures_.pop_front();
+    if (recent_failures_.size() < o_.trip->failures) return;
+    std::string reason = fmt::format("q work --trip {}/{}: {} within {} (last: {})",
+                                     o_.trip->failures, q::format_duration(o_.trip->within),
+                                     q::plural(recent_failures_.size(), "failure"),
+                                     q::format_duration(o_.trip->within), what);
+    // Paused by the main loop (pause_if_tripped): this runs inside an
+    // operation that a busy writer lock would repeat.
+    trip_reason_ = reason;
+    tripped_ = true;
+    if (!stopping_) {
+      stopping_ = true;
+      stop_deadline_ = now + o_.grace;
+    }
+  }
+
+  void pause_if_tripped() {
+    if (!tripped_ || trip_paused_) return;
+    if (!with_lock([&] { broker_.pause(o_.queue, 0, trip_reason_); })) return;
+    trip_paused_ = true;
+    note(fmt::format("queue {}: paused ({}); resume it with 'q resume {}'", o_.queue,
+                     trip_reason_, o_.queue));
+  }
+
+  // The command line goes into the file once, for `q show` (its attempt history
+  // names each delivery's pid and start time, not the command).
+  void register_command() {
+    std::string line;
+    for (const auto& arg : o_.command) {
+      if (!line.empty()) line.push_back(' ');
+      bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos;
+      if (plain) {
+        line += arg;
+        continue;
+      }
+      line.push_back('\'');
+      for (char c : arg) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      line.push_back('\'');
+    }
+    Millis since = q::SystemClock().now();
+    if (with_lock([&] { broker_.register_worker(static_cast<std::uint32_t>(::getpid()), since, line); }))
+      registered_since_ = since;
+  }
+
+  void unregister_command() {
+    if (registered_since_ == 0) return;
+    try {
+      broker_.unregister_worker(static_cast<std::uint32_t>(::getpid()), registered_since_);
+    } catch (const q::Error&) {
+      // A stale entry is dropped by the next q work that registers.
+    }
+  }
+
   // Commands running, and commands ended whose outcome is not yet recorded.
   std::size_t busy() const { return jobs_.size() + exited_.size(); }
 
@@ -313,6 +380,8 @@ class Worker {
     options.visibility_timeout = visibility_;
     options.rate_limited = true;
     options.one_per_group = true;  // FIFO: never two messages of one group at once
+    options.holder_pid = static_cast<std::uint32_t>(::getpid());
+    options.worker_since = registered_since_;
     std::vector<q::Message> messages;
     if (!with_lock([&] { messages = broker_.receive(o_.queue, options); })) return false;
     for (auto& m : messages) {
@@ -501,6 +570,8 @@ class Worker {
       clear_progress();
       [[maybe_unused]] auto w = ::write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
       job.stderr_tail.append(buf, static_cast<std::size_t>(n));
+      if (job.stderr_head.size() < 1024)
+        job.stderr_head.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), 1024));
       // Kept by whole characters: the reason is stored, exported and imported as text.
       if (job.stderr_tail.size() > 4096) job.stderr_tail = std::string(q::utf8_suffix(job.stderr_tail, 2048));
     }
@@ -584,6 +655,23 @@ class Worker {
     return text;
   }
 
+  // For the attempt history: the exit status (128+N for signal N) and the
+  // first line of stderr apart from its tail, so that dead letters group by
+  // how they failed (`q dlq list --by-reason`), not by each run's details.
+  static q::RunReport run_report(const Job& job) {
+    q::RunReport run;
+    if (job.exec_errno == 0 && WIFEXITED(job.status)) run.exit_status = WEXITSTATUS(job.status);
+    if (job.exec_errno == 0 && WIFSIGNALED(job.status)) run.exit_status = 128 + WTERMSIG(job.status);
+    std::string_view head(job.stderr_head);
+    while (!head.empty() && (head.front() == '\n' || head.front() == '\r')) head.remove_prefix(1);
+    auto nl = head.find('\n');
+    std::string_view first = head.substr(0, nl);
+    if (!first.empty() && first.back() == '\r') first.remove_suffix(1);
+    run.first_line = std::string(q::utf8_prefix(first, 1000));
+    run.stderr_tail = stderr_lines(job.stderr_tail);
+    return run;
+  }
+
   std::string cannot_run(int why) const {
     std::string text = fmt::format("cannot run {}: {}", program_, std::strerror(why));
     if (why == E2BIG)
@@ -614,6 +702,7 @@ class Worker {
     }
     auto tail = stderr_lines(job.stderr_tail);
     std::string reason = tail.empty() ? what : what + ": " + tail;
+    q::RunReport run = run_report(job);
     const auto& m = job.message;
     try {
       if (job.stopped) {
@@ -621,6 +710,7 @@ class Worker {
         // overlap this one.
         q::NackOptions nack;
         nack.reason = what;
+        nack.run = run;
         broker_.nack(o_.queue, m.receipt, nack);
         ++released_;
       } else if (success) {
@@ -629,8 +719,9 @@ class Worker {
           lease_lost_at_ack(m.receipt);
         ++done_;
       } else if (bad_message) {
-        broker_.dead_letter(o_.queue, m.receipt, reason);
+        broker_.dead_letter(o_.queue, m.receipt, reason, run);
         ++dead_lettered_;
+        count_failure(what);
         note(fmt::format("message {}: dead-lettered ({})", m.id, what));
       } else {
         q::NackOptions nack;
@@ -638,8 +729,10 @@ class Worker {
         nack.backoff_base = o_.backoff_base;
         nack.backoff_cap = o_.backoff_cap;
         nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
+        nack.run = run;
         Millis at = broker_.nack(o_.queue, m.receipt, nack);
         ++failed_;
+        count_failure(what);
         note(fmt::format("message {}: failed ({}), retry in {}", m.id, what,
                          q::format_duration(std::max<Millis>(0, at - q::SystemClock().now()))));
       }
@@ -824,6 +917,10 @@ class Worker {
   std::uint64_t taken_ = 0, done_ = 0, failed_ = 0, dead_lettered_ = 0, skipped_ = 0,
                 released_ = 0;
   Millis started_at_ = 0, last_draw_ = 0;
+  Millis registered_since_ = 0;
+  bool tripped_ = false, trip_paused_ = false;
+  std::string trip_reason_;
+  std::deque<Millis> recent_failures_;  // registry key with our pid; 0: not registered
   bool progress_ = false;
   mutable bool progress_shown_ = false;
   std::deque<std::pair<Millis, std::uint64_t>> window_;

@@ -115,6 +115,17 @@ const char* to_string(MessageState state) {
   return "unknown";
 }
 
+const char* to_string(AttemptEnd end) {
+  switch (end) {
+    case AttemptEnd::Open: return "open";
+    case AttemptEnd::Released: return "released";
+    case AttemptEnd::TimedOut: return "timed_out";
+    case AttemptEnd::HeartbeatLost: return "heartbeat_lost";
+    case AttemptEnd::DeadLettered: return "dead_lettered";
+  }
+  return "unknown";
+}
+
 Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, double unit) {
   if (base <= 0 || cap <= 0) return 0;
   std::uint32_t exponent = receive_count == 0 ? 0 : std::min<std::uint32_t>(receive_count - 1, 40);

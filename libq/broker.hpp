@@ -89,6 +89,13 @@ struct QueueCounters {
   std::uint64_t deduplicated = 0;
 };
 
+// A paused queue delivers nothing (receive finds nothing) and accepts sends.
+struct Pause {
+  Millis since = 0;
+  Millis until = 0;  // 0: until resumed
+  std::string reason;
+};
+
 struct QueueStats {
   std::string name;
   QueueConfig config;
@@ -103,6 +110,7 @@ struct QueueStats {
   std::uint64_t groups = 0;
   std::uint64_t held_groups = 0;
   QueueCounters counters;
+  std::optional<Pause> pause;  // while paused
 };
 
 using Attributes = std::vector<std::pair<std::string, std::string>>;
@@ -128,6 +136,40 @@ struct SendResult {
 enum class MessageState { Visible, InFlight, Delayed, Dead };
 const char* to_string(MessageState state);
 
+// The last kMaxAttempts deliveries of a message are kept with it (`q show`).
+constexpr std::size_t kMaxAttempts = 8;
+constexpr std::size_t kMaxStderrTail = 1024;  // bytes of a command's stderr kept per attempt
+
+// How a delivery ended. Open: still in flight (or its lease ran out and no
+// receive has seen it since).
+enum class AttemptEnd : std::uint8_t {
+  Open = 0,
+  Released = 1,       // nack (or q work: the command failed)
+  TimedOut = 2,       // the lease ran out; the next receive noticed
+  HeartbeatLost = 3,  // the lease of a q work delivery ran out: its heartbeat stopped
+  DeadLettered = 4,   // dead-lettered at once (q work: exit 65)
+};
+const char* to_string(AttemptEnd end);
+
+// What a consumer that ran a command reports about the run (q work).
+struct RunReport {
+  std::optional<int> exit_status;  // 128+N for death by signal N; none: did not exit normally
+  std::string first_line;          // the first line of its stderr (grouping key)
+  std::string stderr_tail;         // the last lines of its stderr
+};
+
+struct Attempt {
+  std::uint32_t receive = 0;  // which delivery: the receive count it had
+  Millis received_at = 0;
+  std::uint32_t pid = 0;      // the receiving process
+  Millis worker_since = 0;    // q work: when that q work started; 0: not q work
+  std::string command;        // q work's command line, when its registry entry remains
+  AttemptEnd end = AttemptEnd::Open;
+  Millis ended_at = 0;
+  std::string reason;  // the nack or dead-letter reason
+  RunReport run;
+};
+
 struct Message {
   std::string id;
   std::string receipt;  // only on a delivery
@@ -143,6 +185,8 @@ struct Message {
   std::string reason;  // the last nack reason, or why it was dead-lettered
   std::string dedup_id;
   std::string group;  // FIFO queues
+  // Filled by Broker::show and each_dead_letter: the last deliveries, oldest first.
+  std::vector<Attempt> attempts;
 };
 
 struct ReceiveOptions {
@@ -155,6 +199,10 @@ struct ReceiveOptions {
   // FIFO: at most one message of any group (for consumers that run messages
   // concurrently and must not run two of one group at once).
   bool one_per_group = false;
+  // Who receives, for the attempt history: 0 means this process. A q work
+  // passes its start time too (its registry key with the pid).
+  std::uint32_t holder_pid = 0;
+  Millis worker_since = 0;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };
@@ -171,6 +219,7 @@ struct NackOptions {
   Millis backoff_base = 1 * kSecond;
   Millis backoff_cap = 15 * kMinute;
   std::string reason;
+  RunReport run;  // q work: the command's exit status and stderr, for the attempt history
 };
 
 struct RedriveOptions {
@@ -223,7 +272,7 @@ class Broker {
                       const NackOptions& options) = 0;
   // Moves the delivered message to the dead-letter queue at once.
   virtual void dead_letter(const std::string& queue, const std::string& receipt,
-                           const std::string& reason) = 0;
+                           const std::string& reason, const RunReport& run = {}) = 0;
 
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
@@ -236,6 +285,11 @@ class Broker {
   // before something changes.
   virtual Millis next_delivery(const std::string& queue, bool rate_limited) = 0;
   virtual std::unique_ptr<ChangeWatch> watch() = 0;
+
+  // Stops deliveries until `until` (0: until resume); a pause again replaces
+  // the one in place. resume returns the pause it ended, if one was in force.
+  virtual void pause(const std::string& queue, Millis until, const std::string& reason) = 0;
+  virtual std::optional<Pause> resume(const std::string& queue) = 0;
 
   virtual std::vector<Message> peek(const std::string& queue, std::size_t max) = 0;
   virtual std::uint64_t purge(const std::string& queue) = 0;
@@ -259,15 +313,27 @@ class Broker {
   virtual std::vector<std::string> delete_dead_letters(const std::string& queue,
                                                        const std::vector<std::string>& ids) = 0;
 
+  // One message, live or dead, with its attempt history; nullopt when there is none.
+  virtual std::optional<Message> show(const std::string& queue, const std::string& id) = 0;
+  // q work's registry: its command line, stored once per process (keyed by
+  // pid and start time) rather than with every delivery. Registering also
+  // drops entries of processes that no longer run.
+  virtual void register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
+  virtual void unregister_worker(std::uint32_t pid, Millis since) = 0;
+
   // Every message of the queue, live then dead, with its state, oldest first.
   virtual void export_messages(const std::string& queue,
                                const std::function<void(const Message&)>& each) = 0;
   // Stores exported messages (their id when it is free in this file, else a
   // new one), in one transaction; returns the ids they have here. In-flight
   // messages arrive visible (a lease does not move between files).
+  // With skip_existing, a message whose id is already a live or dead message
+  // of this queue is left out (a repeated import adds nothing); the ids
+  // returned are those of the messages stored.
   virtual std::vector<std::string> import_messages(const std::string& queue,
                                                    std::vector<Message> messages,
-                                                   bool create_queue) = 0;
+                                                   bool create_queue,
+                                                   bool skip_existing = false) = 0;
 
   // A consistent, compacted copy of the whole file, made while others use it.
   virtual void backup(const std::string& path) = 0;
