@@ -317,6 +317,8 @@ std::optional<Header> decode_header(std::string_view bytes) {
     std::uint8_t history = r.u8();
     if (history > 1) return std::nullopt;
     h.has_history = history == 1;
+    // encode writes version 1 for these: one encoding per header.
+    if (h.holder_pid == 0 && h.holder_since == 0 && !h.has_history) return std::nullopt;
   }
   if (!r.done()) return std::nullopt;
   return h;
