@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "crash.hpp"
 #include "context.hpp"
+#include "files.hpp"
 #include "error.hpp"
 #include "input.hpp"
 #include "lmdb_broker.hpp"
@@ -83,18 +84,10 @@ std::unique_ptr<q::Broker> Context::open_for_reading() const {
 }
 
 bool write_stdout(const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(STDOUT_FILENO, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
-      std::cerr << "q: cannot write to standard output: " << std::strerror(errno) << "\n";
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
+  if (q::files::write_all(STDOUT_FILENO, data)) return true;
+  if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
+  std::cerr << "q: cannot write to standard output: " << std::strerror(errno) << "\n";
+  return false;
 }
 
 namespace {
@@ -224,7 +217,7 @@ int run(int argc, char** argv) {
       return kUsage;
     }
   } catch (const q::Error& e) {
-    print_error(e.what());
+    print_error(error_text(e));
     return exit_code(e.kind());
   } catch (const std::bad_alloc&) {
     std::cerr << "q: out of memory\n";

@@ -1,6 +1,5 @@
-// q backup FILE, q verify: the whole queue file.
+// q backup FILE: a copy of the whole queue file.
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "context.hpp"
@@ -15,22 +14,6 @@ void add_backup(CLI::App& app, Context& ctx) {
                 "and consumers keep running (replaced atomically)");
   cmd->add_option("FILE", *target, "Where the copy goes")->required();
   cmd->callback([target, &ctx] { ctx.open()->backup(*target); });
-}
-
-void add_verify(CLI::App& app, Context& ctx) {
-  if (!ctx.wants("verify")) return;
-  auto* cmd = app.add_subcommand(
-      "verify", "Check the whole queue file, read-only and safe while it is in use: every "
-                "record's checksum, every index entry, the counters. Exit 0 only when all is "
-                "consistent, else 74 with one line per problem");
-  cmd->callback([&ctx] {
-    auto problems = ctx.open_for_reading()->verify();
-    for (const auto& p : problems) ctx.out += p + "\n";
-    if (problems.empty())
-      ctx.out += fmt::format("{}: consistent\n", ctx.queue_file());
-    else
-      ctx.exit = kIoErr;
-  });
 }
 
 }  // namespace cli

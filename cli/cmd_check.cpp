@@ -12,6 +12,7 @@
 #include "context.hpp"
 #include "error.hpp"
 #include "input.hpp"
+#include "output.hpp"
 #include "rates.hpp"
 #include "timefmt.hpp"
 
@@ -175,7 +176,7 @@ void run_check(const CheckFlags& f, Context& ctx) {
       if (min_rate) perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate);
     }
   } catch (const q::Error& e) {
-    ctx.out += fmt::format("Q UNKNOWN - {}\n", e.what());
+    ctx.out += fmt::format("Q UNKNOWN - {}\n", error_text(e));
     ctx.exit = kUnknown;
     return;
   }

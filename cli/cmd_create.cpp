@@ -1,4 +1,4 @@
-// q create QUEUE [settings] and q config QUEUE [settings]: the same flags.
+// q create QUEUE [settings]; the settings flags it shares with q config.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -6,37 +6,10 @@
 #include "context.hpp"
 #include "input.hpp"
 #include "output.hpp"
+#include "settings_flags.hpp"
 #include "timefmt.hpp"
 
 namespace cli {
-namespace {
-
-struct SettingsFlags {
-  std::string queue;
-  std::optional<std::string> visibility_timeout, retention, delay, dedup_window, rate;
-  std::optional<std::uint32_t> max_receives, max_size;
-  std::optional<std::string> max_depth;
-  bool fifo = false;
-  bool standard = false;  // config: --fifo/--standard are checked against the queue
-  std::optional<bool> content_dedup;
-  bool json = false;
-
-  q::ConfigChange change() const {
-    q::ConfigChange c;
-    c.visibility_timeout = duration_flag("--visibility-timeout", visibility_timeout);
-    c.retention = duration_flag("--retention", retention);
-    c.delay = duration_flag("--delay", delay);
-    c.dedup_window = duration_flag("--dedup-window", dedup_window);
-    if (rate) c.rate = rate_flag("--rate", *rate);
-    if (fifo) c.fifo = true;
-    if (standard) c.fifo = false;
-    if (content_dedup) c.content_dedup = *content_dedup;
-    c.max_receives = max_receives;
-    c.max_size = max_size;
-    if (max_depth) c.max_depth = count_flag("--max-depth", *max_depth, q::kMaxMaxDepth);
-    return c;
-  }
-};
 
 void add_settings(CLI::App* cmd, SettingsFlags& f) {
   cmd->add_option("QUEUE", f.queue, "Queue name: 1 to 80 letters, digits, '-', '_', '.'")
@@ -106,8 +79,6 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
   return t.render();
 }
 
-}  // namespace
-
 void add_create(CLI::App& app, Context& ctx) {
   auto create_flags = std::make_shared<SettingsFlags>();
   if (!ctx.wants("create")) return;
@@ -121,25 +92,6 @@ void add_create(CLI::App& app, Context& ctx) {
   create->callback([create_flags, &ctx] {
     auto change = create_flags->change();
     ctx.open(/*create=*/true)->create_queue(create_flags->queue, change);
-  });
-}
-
-void add_config(CLI::App& app, Context& ctx) {
-  auto config_flags = std::make_shared<SettingsFlags>();
-  if (!ctx.wants("config")) return;
-  auto* config = app.add_subcommand(
-      "config", "Show a queue's settings, or change those given (they apply from now on)");
-  add_settings(config, *config_flags);
-  config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
-  auto* fifo = config->add_flag("--fifo", config_flags->fifo,
-                                "Fails unless the queue is FIFO: a queue's kind cannot change");
-  config->add_flag("--standard", config_flags->standard,
-                   "Fails unless the queue is standard: a queue's kind cannot change")
-      ->excludes(fifo);
-  config->callback([config_flags, &ctx] {
-    auto change = config_flags->change();
-    auto settings = ctx.open()->configure(config_flags->queue, change);
-    ctx.out += settings_text(config_flags->queue, settings, config_flags->json);
   });
 }
 

@@ -105,7 +105,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
       if (moved == 0) throw;
       // Some moved already: say how many, and exit "partly done".
       std::fprintf(stderr, "q: %s\nq: redrive stopped after %zu of %zu dead letters of %s\n",
-                   e.what(), moved, options.ids.size(), f.queue.c_str());
+                   error_text(e).c_str(), moved, options.ids.size(), f.queue.c_str());
       ctx.exit = kPartial;
       return;
     }

@@ -25,12 +25,9 @@ void run_send(const SendFlags& f, Context& ctx) {
   options.create_queue = f.create;
   options.delay = duration_flag("--delay", f.delay);
   if (f.at) options.at = time_flag("--at", *f.at);
-  if (f.dedup_id && (f.dedup_id->empty() || f.dedup_id->size() > q::kMaxDedupId))
-    throw q::Error(q::ErrorKind::InvalidData,
-                   fmt::format("--dedup-id: must be 1 to {} bytes", q::kMaxDedupId));
-  // JSON output and export carry the dedup id as text.
-  if (f.dedup_id && !q::is_utf8(*f.dedup_id))
-    throw q::Error(q::ErrorKind::InvalidData, "--dedup-id: must be UTF-8 text");
+  // An empty value would mean "none" to libq; its size and text are libq's rules.
+  if (f.dedup_id && f.dedup_id->empty())
+    throw q::Error(q::ErrorKind::InvalidData, "--dedup-id: must not be empty");
   if (f.group && f.group->empty())
     throw q::Error(q::ErrorKind::InvalidData, "--group: must not be empty");
   q::Attributes attributes;

@@ -17,6 +17,7 @@
 #include "files.hpp"
 #include "output.hpp"
 #include "rates.hpp"
+#include "stop_signals.hpp"
 #include "timefmt.hpp"
 
 namespace cli {
@@ -185,45 +186,26 @@ std::string prometheus(const std::vector<q::QueueStats>& all) {
 // Replaces FILE at once: a collector never reads half a file.
 void write_atomically(const std::string& path, const std::string& data) {
   // TARGET.tmp-PID, never through a link; leftovers of killed runs go first.
-  q::files::remove_stale_temps(path);
-  std::string temporary;
-  int fd = q::files::create_temp_beside(path, 0644, temporary);
+  q::files::AtomicFile file(path, 0644);
   auto fail = [&](const char* doing) {
     int err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(temporary.c_str());
     throw q::Error(err == EACCES || err == EPERM ? q::ErrorKind::Permission : q::ErrorKind::Io,
                    fmt::format("--output {}: {}: {}", path, doing, std::strerror(err)));
   };
-  if (fd < 0) fail("cannot create");
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot write");
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    fd = -1;
-    fail("cannot write");
-  }
-  fd = -1;
-  if (::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot replace");
+  if (file.fd() < 0) fail("cannot create");
+  if (!file.write(data)) fail("cannot write");
+  if (!file.commit(false)) fail("cannot replace");
 }
-
-volatile sig_atomic_t g_stop = 0;
-void on_stop(int) { g_stop = 1; }
 
 // One line per queue per interval, for logs.
 void watch(const StatsFlags& f, Context& ctx, q::Millis interval) {
-  signal(SIGINT, on_stop);
-  signal(SIGTERM, on_stop);
+  install_stop_signals({SIGINT, SIGTERM});
   auto broker = ctx.open_for_reading();
   RateMeter meter;
   meter.sample(*broker, f.queue);
-  while (!g_stop) {
+  while (!stop_signals()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(interval));
-    if (g_stop) break;
+    if (stop_signals()) break;
     std::string lines;
     std::string at = q::format_time(q::SystemClock().now());
     for (const auto& r : meter.sample(*broker, f.queue)) {

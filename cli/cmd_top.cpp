@@ -18,6 +18,8 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "error.hpp"
+#include "files.hpp"
+#include "stop_signals.hpp"
 #include "input.hpp"
 #include "output.hpp"
 #include "rates.hpp"
@@ -31,8 +33,9 @@ struct TopFlags {
   std::optional<std::string> interval;
 };
 
-volatile sig_atomic_t g_quit = 0;
-void on_quit(int) { g_quit = 1; }
+// A key or a lost terminal quits; so does a stop signal (stop_signals.hpp).
+bool g_quit = false;
+bool quitting() { return g_quit || stop_signals() > 0; }
 
 // Puts the terminal into a full-screen, key-at-a-time mode and always puts it
 // back, whatever ends the view.
@@ -52,14 +55,7 @@ class Screen {
     put("\033[?25h\033[?1049l");
     if (restore_termios_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
   }
-  static void put(const std::string& s) {
-    std::size_t done = 0;
-    while (done < s.size()) {
-      ssize_t n = ::write(STDOUT_FILENO, s.data() + done, s.size() - done);
-      if (n <= 0) return;
-      done += static_cast<std::size_t>(n);
-    }
-  }
+  static void put(const std::string& s) { q::files::write_all(STDOUT_FILENO, s); }
   static std::pair<int, int> size() {
     winsize ws{};
     if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return {ws.ws_col, ws.ws_row};
@@ -109,7 +105,7 @@ std::string fit(std::string s, std::size_t width) {
 // loop at full speed (issue 17).
 void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval);
-  while (!g_quit) {
+  while (!quitting()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                     deadline - std::chrono::steady_clock::now())
                     .count();
@@ -117,7 +113,7 @@ void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
     pollfd p{STDIN_FILENO, POLLIN, 0};
     if (::poll(&p, keys ? 1 : 0, static_cast<int>(left)) <= 0) continue;  // timeout or signal
     if (p.revents & (POLLHUP | POLLERR)) {  // the terminal went away
-      g_quit = 1;
+      g_quit = true;
       return;
     }
     if (p.revents & POLLNVAL) {
@@ -126,7 +122,7 @@ void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
     }
     char key = 0;
     ssize_t n = ::read(STDIN_FILENO, &key, 1);
-    if (n == 1 && (key == 'q' || key == 'Q' || key == 3)) g_quit = 1;
+    if (n == 1 && (key == 'q' || key == 'Q' || key == 3)) g_quit = true;
     if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) keys = false;
   }
 }
@@ -145,15 +141,13 @@ void run_top(const TopFlags& f, Context& ctx) {
   auto broker = ctx.open_for_reading();
   std::string file = text_escape(ctx.queue_file());
 
-  signal(SIGINT, on_quit);
-  signal(SIGTERM, on_quit);
-  signal(SIGHUP, on_quit);
+  install_stop_signals({SIGINT, SIGTERM, SIGHUP});
   Screen screen;
   RateMeter meter;
   std::map<std::string, std::deque<std::uint64_t>> depth_history;
   const std::size_t kHistory = 300;  // five minutes at one a second
 
-  while (!g_quit) {
+  while (!quitting()) {
     auto queues = meter.sample(*broker, f.queue);
     auto [cols, rows] = Screen::size();
     // 80 columns: 68 for the figures, 12 for the sparkline; wider shows more history.

@@ -1,5 +1,7 @@
 #include "output.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -147,6 +149,41 @@ std::string text_escape(std::string_view s, std::size_t max) {
     ++shown;
   }
   return out;
+}
+
+std::string flag_name(std::string_view field) {
+  std::string flag = "--" + std::string(field);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+std::string error_text(const q::Error& e) {
+  std::string text = e.what();
+  const std::string& field = e.field();
+  if (!field.empty()) {
+    // Each whole-word mention of the field: the field names nothing else there.
+    auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::string flag = flag_name(field);
+    for (std::size_t at = text.find(field); at != std::string::npos;
+         at = text.find(field, at + 1)) {
+      std::size_t end = at + field.size();
+      if ((at > 0 && is_word(text[at - 1])) || (end < text.size() && is_word(text[end]))) continue;
+      text.replace(at, field.size(), flag);
+      at += flag.size() - 1;
+    }
+  }
+  switch (e.remedy()) {
+    case q::Remedy::None: break;
+    case q::Remedy::CreateQueue:
+      text += fmt::format(" (create it with 'q create {}')", e.queue());
+      break;
+    case q::Remedy::CreateFile: text += " (make one with 'q create QUEUE')"; break;
+    case q::Remedy::ChangeConfig:
+      text += fmt::format("; change it with 'q config {} {} {}'", e.queue(), flag_name(field),
+                          e.wanted());
+      break;
+  }
+  return text;
 }
 
 void print_error(std::string_view message) {

@@ -1,6 +1,8 @@
 // Output formats: JSON lines and text that is safe for any body.
 #pragma once
 
+#include "error.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +33,12 @@ std::string json_string(std::string_view s);
 // controls U+0080..U+009F, which terminals obey too), backslash and invalid
 // UTF-8 are escaped (\n, \t, \\, \xNN); `max` > 0 cuts it with "...".
 std::string text_escape(std::string_view s, std::size_t max = 0);
+
+// The flag that sets a libq field: visibility_timeout -> --visibility-timeout.
+std::string flag_name(std::string_view field);
+// A libq error as the CLI says it: the field it names as the flag, and what to
+// do next in q's own commands ('q create ...', 'q config ...').
+std::string error_text(const q::Error& e);
 
 // Writes "q: MESSAGE" to standard error, escaped as text_escape does: error
 // messages quote what users typed (a receipt with a trailing CR must show it).

@@ -22,6 +22,8 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "files.hpp"
+#include "stop_signals.hpp"
 #include "timefmt.hpp"
 #include "utf8.hpp"
 
@@ -32,39 +34,9 @@ namespace {
 
 using q::Millis;
 
-// ---- signals: the handlers only count and wake the loop ------------------------
+// ---- signals: the handler only counts and wakes the loop (stop_signals.hpp) -----
 
-int g_wake_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_stop_signals = 0;
-
-void on_signal(int signo) {
-  int saved = errno;
-  if (signo == SIGTERM || signo == SIGINT) g_stop_signals = g_stop_signals + 1;
-  char byte = 0;
-  [[maybe_unused]] auto n = ::write(g_wake_pipe[1], &byte, 1);
-  errno = saved;
-}
-
-void install_signals() {
-  if (::pipe2(g_wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    throw q::Error(q::ErrorKind::Io, fmt::format("cannot create pipe: {}", std::strerror(errno)));
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  sigaction(SIGCHLD, &sa, nullptr);
-  // Started with them blocked (a parent's mask is inherited): q work could
-  // never be stopped, nor see its commands end.
-  sigset_t ours;
-  sigemptyset(&ours);
-  sigaddset(&ours, SIGTERM);
-  sigaddset(&ours, SIGINT);
-  sigaddset(&ours, SIGCHLD);
-  sigprocmask(SIG_UNBLOCK, &ours, nullptr);
-}
+void install_signals() { install_stop_signals({SIGTERM, SIGINT}, {SIGCHLD}, true); }
 
 // In the child, before exec: every signal q work handles (or ignores on its
 // own account: SIGPIPE, SIGXFSZ) back to its default, then an empty mask, so
@@ -107,11 +79,7 @@ class SignalsBlocked {
   sigset_t saved_;
 };
 
-void drain_wake_pipe() {
-  char buf[256];
-  while (::read(g_wake_pipe[0], buf, sizeof buf) > 0) {
-  }
-}
+void drain_wake_pipe() { drain_wake(); }
 
 // LMDB's descriptors are not close-on-exec; a command must not inherit them
 // (nor our lock descriptor, which would keep the writer lock alive with it).
@@ -483,13 +451,8 @@ class Worker {
     int err_pipe[2], exec_pipe[2];
     if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
       throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
-    std::size_t done = 0;
-    while (done < m.body.size()) {
-      ssize_t w = ::write(body_fd, m.body.data() + done, m.body.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
-      done += static_cast<std::size_t>(w);
-    }
+    if (!q::files::write_all(body_fd, m.body))
+      throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
     ::lseek(body_fd, 0, SEEK_SET);
 
     auto env_strings = environment(m);
@@ -777,9 +740,9 @@ class Worker {
   // ---- stopping -----------------------------------------------------------------------
 
   void handle_signals(Millis now) {
-    if (g_stop_signals == 0) return;
+    if (stop_signals() == 0) return;
     stopped_by_signal_ = true;
-    if (g_stop_signals >= 2) {
+    if (stop_signals() >= 2) {
       // Stop at once: the messages come back when their leases run out (a
       // command may still run: its message is not released under it).
       for (auto& [pid, job] : jobs_) ::kill(-job.pid, SIGTERM);
@@ -826,7 +789,7 @@ class Worker {
       if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at()));
     }
     std::vector<pollfd> fds;
-    fds.push_back({g_wake_pipe[0], POLLIN, 0});
+    fds.push_back({wake_fd(), POLLIN, 0});
     if (want_messages && watch_->fd() >= 0) fds.push_back({watch_->fd(), POLLIN, 0});
     std::vector<Job*> readers;
     for (auto& [pid, job] : jobs_)

@@ -3,43 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 #include <string_view>
 
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "rules.hpp"
 #include "timefmt.hpp"
-#include "utf8.hpp"
 
 namespace q {
-
-void validate(const QueueConfig& c) {
-  auto bad = [](const std::string& what) { throw Error(ErrorKind::Usage, what); };
-  if (c.visibility_timeout < 0 || c.visibility_timeout > kMaxVisibilityTimeout)
-    bad(fmt::format("--visibility-timeout {}: must be between 0s and 12h",
-                    format_duration(c.visibility_timeout)));
-  if (c.max_receives > kMaxMaxReceives)
-    bad(fmt::format("--max-receives {}: must be between 1 and {} (or 0: never dead-letter)",
-                    c.max_receives, kMaxMaxReceives));
-  if (c.retention < kMinute || c.retention > 365 * kDay)
-    bad(fmt::format("--retention {}: must be between 1m and 365d", format_duration(c.retention)));
-  if (c.delay < 0 || c.delay > kMaxDelay)
-    bad(fmt::format("--delay {}: must be between 0s and 12h", format_duration(c.delay)));
-  if (c.max_depth > kMaxMaxDepth)
-    bad(fmt::format("--max-depth {}: must be between 0 (unlimited) and {}", c.max_depth,
-                    kMaxMaxDepth));
-  if (c.max_size < 1 || c.max_size > kMaxMaxSize)
-    bad(fmt::format("--max-size {}: must be between 1 and {} bytes", c.max_size, kMaxMaxSize));
-  if (c.content_dedup && !c.fifo) bad("--content-dedup: only FIFO queues (--fifo) have it");
-  if (!(c.rate == 0 || (c.rate >= kMinRate && c.rate <= kMaxRate)))
-    bad(fmt::format("--rate {}/s: must be 0 (no limit) or between one a year and {:.0f} per "
-                    "second",
-                    c.rate, kMaxRate));
-  if (c.dedup_window < 0 || c.dedup_window > 7 * kDay)
-    bad(fmt::format("--dedup-window {}: must be between 0s and 7d",
-                    format_duration(c.dedup_window)));
-}
 
 QueueConfig apply(QueueConfig c, const ConfigChange& change) {
   if (change.visibility_timeout) c.visibility_timeout = *change.visibility_timeout;
@@ -53,41 +25,6 @@ QueueConfig apply(QueueConfig c, const ConfigChange& change) {
   if (change.fifo) c.fifo = *change.fifo;
   if (change.content_dedup) c.content_dedup = *change.content_dedup;
   return c;
-}
-
-bool is_valid_queue_name(const std::string& name) {
-  if (name.empty() || name.size() > kMaxQueueName) return false;
-  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
-  });
-}
-
-void check_new_queue_name(const std::string& name) {
-  auto bad = [&](const char* why) {
-    throw Error(ErrorKind::Usage, fmt::format("queue name '{}': {}", name, why));
-  };
-  if (name == "." || name == "..") bad("'.' and '..' read as directories; choose another name");
-  if (!name.empty() && name[0] == '-')
-    bad("a name starting with '-' reads as an option; start with a letter, digit, '_' or '.'");
-}
-
-void check_attributes(const std::string& queue, const Attributes& attributes) {
-  auto bad = [&](const std::string& why) {
-    throw Error(ErrorKind::InvalidData, fmt::format("queue {}: {}", queue, why));
-  };
-  if (attributes.size() > kMaxAttributes)
-    bad(fmt::format("{}, at most {}", plural(attributes.size(), "attribute"), kMaxAttributes));
-  std::set<std::string_view> seen;
-  for (const auto& [key, value] : attributes) {
-    if (key.empty() || key.size() > kMaxAttributeKey)
-      bad(fmt::format("attribute key '{}': must be 1 to {} bytes", key, kMaxAttributeKey));
-    if (!is_utf8(key)) bad(fmt::format("attribute key '{}': not UTF-8 text", key));
-    if (!is_utf8(value))
-      bad(fmt::format("attribute {}: the value is not UTF-8 text (put binary data in the body)",
-                      key));
-    if (!seen.insert(key).second) bad(fmt::format("attribute {}: given twice", key));
-  }
 }
 
 Attributes last_value_wins(Attributes attributes) {
@@ -133,5 +70,183 @@ Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, doubl
   unit = std::clamp(unit, 0.0, 1.0);
   return static_cast<Millis>(std::floor(ceiling * unit));
 }
+
+// ---- Broker: the rules, then the backend -------------------------------------
+
+bool Broker::create_queue(const std::string& queue, const ConfigChange& change) {
+  check_queue_name(queue);
+  validate(apply(QueueConfig{}, change));
+  return do_create_queue(queue, change);
+}
+
+QueueConfig Broker::configure(const std::string& queue, const ConfigChange& change) {
+  check_queue_name(queue);
+  return do_configure(queue, change);
+}
+
+RemovedCounts Broker::delete_queue(const std::string& queue) {
+  check_queue_name(queue);
+  return do_delete_queue(queue);
+}
+
+std::vector<std::string> Broker::list_queues() { return do_list_queues(); }
+
+std::vector<SendResult> Broker::send(const std::string& queue,
+                                     std::vector<OutgoingMessage> messages,
+                                     const SendOptions& options) {
+  check_queue_name(queue);
+  for (const auto& m : messages) check_outgoing(queue, m);
+  return do_send(queue, std::move(messages), options);
+}
+
+std::vector<Message> Broker::receive(const std::string& queue, const ReceiveOptions& options) {
+  check_queue_name(queue);
+  check_receive(options);
+  return do_receive(queue, options);
+}
+
+std::vector<ReceiptResult> Broker::ack(const std::string& queue,
+                                       const std::vector<std::string>& receipts) {
+  check_queue_name(queue);
+  return do_ack(queue, receipts);  // a malformed receipt is one result, not an error
+}
+
+Millis Broker::extend(const std::string& queue, const std::string& receipt, Millis by) {
+  check_queue_name(queue);
+  check_extend_by(by);
+  check_receipt(receipt);
+  return do_extend(queue, receipt, by);
+}
+
+Millis Broker::nack(const std::string& queue, const std::string& receipt,
+                    const NackOptions& options) {
+  check_queue_name(queue);
+  check_nack(options);
+  check_receipt(receipt);
+  return do_nack(queue, receipt, options);
+}
+
+void Broker::dead_letter(const std::string& queue, const std::string& receipt,
+                         const std::string& reason, const RunReport& run) {
+  check_queue_name(queue);
+  check_receipt(receipt);
+  do_dead_letter(queue, receipt, reason, run);
+}
+
+void Broker::pause(const std::string& queue, Millis until, const std::string& reason) {
+  check_queue_name(queue);
+  if (reason.size() > kMaxReason)
+    throw Error(ErrorKind::InvalidData, fmt::format("--reason: {} bytes, at most {} are kept",
+                                                    reason.size(), kMaxReason));
+  do_pause(queue, until, reason);
+}
+
+std::optional<Pause> Broker::resume(const std::string& queue) {
+  check_queue_name(queue);
+  return do_resume(queue);
+}
+
+std::optional<Message> Broker::show(const std::string& queue, const std::string& id) {
+  check_queue_name(queue);
+  parse_id(id);
+  return do_show(queue, id);
+}
+
+void Broker::register_worker(std::uint32_t pid, Millis since, const std::string& command) {
+  do_register_worker(pid, since, command);
+}
+
+void Broker::unregister_worker(std::uint32_t pid, Millis since) {
+  do_unregister_worker(pid, since);
+}
+
+ReceiptOutcome Broker::ack_done(const std::string& queue, const std::string& receipt,
+                                const std::string& key, Millis keep) {
+  check_queue_name(queue);
+  check_idempotency_key(key);
+  check_receipt(receipt);
+  return do_ack_done(queue, receipt, key, keep);
+}
+
+bool Broker::is_done(const std::string& queue, const std::string& key) {
+  check_queue_name(queue);
+  check_idempotency_key(key);
+  return do_is_done(queue, key);
+}
+
+Millis Broker::next_delivery(const std::string& queue, bool rate_limited) {
+  check_queue_name(queue);
+  return do_next_delivery(queue, rate_limited);
+}
+
+std::unique_ptr<ChangeWatch> Broker::watch() { return do_watch(); }
+
+std::vector<Message> Broker::peek(const std::string& queue, std::size_t max) {
+  check_queue_name(queue);
+  return do_peek(queue, max);
+}
+
+std::uint64_t Broker::purge(const std::string& queue) {
+  check_queue_name(queue);
+  return do_purge(queue);
+}
+
+std::vector<QueueStats> Broker::stats(const std::string& queue) {
+  if (!queue.empty()) check_queue_name(queue);
+  return do_stats(queue);
+}
+
+std::vector<Message> Broker::dead_letters(const std::string& queue, std::size_t max) {
+  check_queue_name(queue);
+  return do_dead_letters(queue, max);
+}
+
+void Broker::each_dead_letter(const std::string& queue,
+                              const std::function<bool(const Message&)>& each) {
+  check_queue_name(queue);
+  do_each_dead_letter(queue, each);
+}
+
+std::uint64_t Broker::purge_dead_letters(const std::string& queue) {
+  check_queue_name(queue);
+  return do_purge_dead_letters(queue);
+}
+
+std::vector<Message> Broker::redrive(const std::string& queue, const RedriveOptions& options) {
+  check_queue_name(queue);
+  if (!options.to.empty()) check_queue_name(options.to);
+  for (const auto& id : options.ids) parse_id(id, "id");
+  return do_redrive(queue, options);
+}
+
+std::optional<Message> Broker::find_dead_letter(const std::string& queue, const std::string& id) {
+  check_queue_name(queue);
+  parse_id(id);
+  return do_find_dead_letter(queue, id);
+}
+
+std::vector<std::string> Broker::delete_dead_letters(const std::string& queue,
+                                                     const std::vector<std::string>& ids) {
+  check_queue_name(queue);
+  for (const auto& id : ids) parse_id(id);
+  return do_delete_dead_letters(queue, ids);
+}
+
+void Broker::export_messages(const std::string& queue,
+                             const std::function<void(const Message&)>& each) {
+  check_queue_name(queue);
+  do_export_messages(queue, each);
+}
+
+std::vector<std::string> Broker::import_messages(const std::string& queue,
+                                                 std::vector<Message> messages,
+                                                 bool create_queue, bool skip_existing) {
+  check_queue_name(queue);
+  return do_import_messages(queue, std::move(messages), create_queue, skip_existing);
+}
+
+void Broker::backup(const std::string& path) { do_backup(path); }
+
+std::vector<std::string> Broker::verify() { return do_verify(); }
 
 }  // namespace q

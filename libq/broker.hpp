@@ -73,8 +73,6 @@ struct ConfigChange {
   }
 };
 
-// Throws Error(Usage) naming the setting when a value is out of range.
-void validate(const QueueConfig& config);
 QueueConfig apply(QueueConfig config, const ConfigChange& change);
 
 // Lifetime counters of a queue: they only grow.
@@ -252,108 +250,107 @@ class Broker {
 
   // Creates the queue; an existing queue is fine when `change` agrees with it.
   // Returns true when the queue was created.
-  virtual bool create_queue(const std::string& queue, const ConfigChange& change) = 0;
-  virtual QueueConfig configure(const std::string& queue, const ConfigChange& change) = 0;
-  virtual RemovedCounts delete_queue(const std::string& queue) = 0;
-  virtual std::vector<std::string> list_queues() = 0;
-
-  virtual std::vector<SendResult> send(const std::string& queue,
-                                       std::vector<OutgoingMessage> messages,
-                                       const SendOptions& options) = 0;
+  bool create_queue(const std::string& queue, const ConfigChange& change);
+  QueueConfig configure(const std::string& queue, const ConfigChange& change);
+  RemovedCounts delete_queue(const std::string& queue);
+  std::vector<std::string> list_queues();
+  std::vector<SendResult> send(const std::string& queue, std::vector<OutgoingMessage> messages, const SendOptions& options);
   // Empty when nothing became visible within options.wait.
-  virtual std::vector<Message> receive(const std::string& queue,
-                                       const ReceiveOptions& options) = 0;
-  virtual std::vector<ReceiptResult> ack(const std::string& queue,
-                                         const std::vector<std::string>& receipts) = 0;
+  std::vector<Message> receive(const std::string& queue, const ReceiveOptions& options);
+  std::vector<ReceiptResult> ack(const std::string& queue, const std::vector<std::string>& receipts);
   // Throw Error(Stale) or Error(InvalidData) for a stale or malformed receipt.
   // extend returns the new visible-until time.
-  virtual Millis extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
-  virtual Millis nack(const std::string& queue, const std::string& receipt,
-                      const NackOptions& options) = 0;
+  Millis extend(const std::string& queue, const std::string& receipt, Millis by);
+  Millis nack(const std::string& queue, const std::string& receipt, const NackOptions& options);
   // Moves the delivered message to the dead-letter queue at once.
-  virtual void dead_letter(const std::string& queue, const std::string& receipt,
-                           const std::string& reason, const RunReport& run = {}) = 0;
-
+  void dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason,
+                   const RunReport& run = {});
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
-  virtual ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
-                                  const std::string& key, Millis keep) = 0;
-  virtual bool is_done(const std::string& queue, const std::string& key) = 0;
-
+  ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep);
+  bool is_done(const std::string& queue, const std::string& key);
   // When a receive could next get a message: now or earlier when one is
   // visible (and, with rate_limited, the rate budget allows); INT64_MAX: not
   // before something changes.
-  virtual Millis next_delivery(const std::string& queue, bool rate_limited) = 0;
-  virtual std::unique_ptr<ChangeWatch> watch() = 0;
-
+  Millis next_delivery(const std::string& queue, bool rate_limited);
+  std::unique_ptr<ChangeWatch> watch();
   // Stops deliveries until `until` (0: until resume); a pause again replaces
   // the one in place. resume returns the pause it ended, if one was in force.
-  virtual void pause(const std::string& queue, Millis until, const std::string& reason) = 0;
-  virtual std::optional<Pause> resume(const std::string& queue) = 0;
-
-  virtual std::vector<Message> peek(const std::string& queue, std::size_t max) = 0;
-  virtual std::uint64_t purge(const std::string& queue) = 0;
+  void pause(const std::string& queue, Millis until, const std::string& reason);
+  std::optional<Pause> resume(const std::string& queue);
+  std::vector<Message> peek(const std::string& queue, std::size_t max);
+  std::uint64_t purge(const std::string& queue);
   // Every queue when `queue` is empty.
-  virtual std::vector<QueueStats> stats(const std::string& queue) = 0;
-
-  virtual std::vector<Message> dead_letters(const std::string& queue, std::size_t max) = 0;
+  std::vector<QueueStats> stats(const std::string& queue);
+  std::vector<Message> dead_letters(const std::string& queue, std::size_t max);
   // Each dead letter, oldest first, one at a time (memory: one message), until
   // `each` returns false.
-  virtual void each_dead_letter(const std::string& queue,
-                                const std::function<bool(const Message&)>& each) = 0;
-  virtual std::uint64_t purge_dead_letters(const std::string& queue) = 0;
+  void each_dead_letter(const std::string& queue, const std::function<bool(const Message&)>& each);
+  std::uint64_t purge_dead_letters(const std::string& queue);
   // Returns the dead letters moved back (or that would move, with dry_run).
-  virtual std::vector<Message> redrive(const std::string& queue,
-                                       const RedriveOptions& options) = 0;
-
+  std::vector<Message> redrive(const std::string& queue, const RedriveOptions& options);
   // One dead letter by id; nullopt when there is none.
-  virtual std::optional<Message> find_dead_letter(const std::string& queue,
-                                                  const std::string& id) = 0;
+  std::optional<Message> find_dead_letter(const std::string& queue, const std::string& id);
   // Discards the dead letters named; returns the ids that were not found.
-  virtual std::vector<std::string> delete_dead_letters(const std::string& queue,
-                                                       const std::vector<std::string>& ids) = 0;
-
+  std::vector<std::string> delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids);
   // One message, live or dead, with its attempt history; nullopt when there is none.
-  virtual std::optional<Message> show(const std::string& queue, const std::string& id) = 0;
+  std::optional<Message> show(const std::string& queue, const std::string& id);
   // q work's registry: its command line, stored once per process (keyed by
   // pid and start time) rather than with every delivery. Registering also
   // drops entries of processes that no longer run.
-  virtual void register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
-  virtual void unregister_worker(std::uint32_t pid, Millis since) = 0;
-
+  void register_worker(std::uint32_t pid, Millis since, const std::string& command);
+  void unregister_worker(std::uint32_t pid, Millis since);
   // Every message of the queue, live then dead, with its state, oldest first.
-  virtual void export_messages(const std::string& queue,
-                               const std::function<void(const Message&)>& each) = 0;
+  void export_messages(const std::string& queue, const std::function<void(const Message&)>& each);
   // Stores exported messages (their id when it is free in this file, else a
   // new one), in one transaction; returns the ids they have here. In-flight
   // messages arrive visible (a lease does not move between files).
   // With skip_existing, a message whose id is already a live or dead message
   // of this queue is left out (a repeated import adds nothing); the ids
   // returned are those of the messages stored.
-  virtual std::vector<std::string> import_messages(const std::string& queue,
-                                                   std::vector<Message> messages,
-                                                   bool create_queue,
-                                                   bool skip_existing = false) = 0;
-
+  std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages,
+                                           bool create_queue, bool skip_existing = false);
   // A consistent, compacted copy of the whole file, made while others use it.
-  virtual void backup(const std::string& path) = 0;
+  void backup(const std::string& path);
   // Checks every record and index entry and the counters; returns what is wrong.
-  virtual std::vector<std::string> verify() = 0;
+  std::vector<std::string> verify();
+
+ protected:
+  // The backend's part, called with a request that passed the rules
+  // (rules.hpp); the public method of the same name says what each does.
+  virtual bool do_create_queue(const std::string& queue, const ConfigChange& change) = 0;
+  virtual QueueConfig do_configure(const std::string& queue, const ConfigChange& change) = 0;
+  virtual RemovedCounts do_delete_queue(const std::string& queue) = 0;
+  virtual std::vector<std::string> do_list_queues() = 0;
+  virtual std::vector<SendResult> do_send(const std::string& queue, std::vector<OutgoingMessage> messages, const SendOptions& options) = 0;
+  virtual std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) = 0;
+  virtual std::vector<ReceiptResult> do_ack(const std::string& queue, const std::vector<std::string>& receipts) = 0;
+  virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
+  virtual Millis do_nack(const std::string& queue, const std::string& receipt, const NackOptions& options) = 0;
+  virtual void do_dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason, const RunReport& run) = 0;
+  virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep) = 0;
+  virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;
+  virtual Millis do_next_delivery(const std::string& queue, bool rate_limited) = 0;
+  virtual std::unique_ptr<ChangeWatch> do_watch() = 0;
+  virtual std::vector<Message> do_peek(const std::string& queue, std::size_t max) = 0;
+  virtual std::uint64_t do_purge(const std::string& queue) = 0;
+  virtual std::vector<QueueStats> do_stats(const std::string& queue) = 0;
+  virtual std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) = 0;
+  virtual void do_each_dead_letter(const std::string& queue, const std::function<bool(const Message&)>& each) = 0;
+  virtual std::uint64_t do_purge_dead_letters(const std::string& queue) = 0;
+  virtual std::vector<Message> do_redrive(const std::string& queue, const RedriveOptions& options) = 0;
+  virtual std::optional<Message> do_find_dead_letter(const std::string& queue, const std::string& id) = 0;
+  virtual std::vector<std::string> do_delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids) = 0;
+  virtual void do_export_messages(const std::string& queue, const std::function<void(const Message&)>& each) = 0;
+  virtual std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages, bool create_queue, bool skip_existing) = 0;
+  virtual void do_pause(const std::string& queue, Millis until, const std::string& reason) = 0;
+  virtual std::optional<Pause> do_resume(const std::string& queue) = 0;
+  virtual std::optional<Message> do_show(const std::string& queue, const std::string& id) = 0;
+  virtual void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
+  virtual void do_unregister_worker(std::uint32_t pid, Millis since) = 0;
+  virtual void do_backup(const std::string& path) = 0;
+  virtual std::vector<std::string> do_verify() = 0;
 };
-
-// Queue names: 1 to 80 of letters, digits, '-', '_' and '.'.
-bool is_valid_queue_name(const std::string& name);
-// A queue being created must also not be "." or ".." (they read as paths) nor
-// start with '-' (it reads as an option: `for q in $(q list)` breaks). Queues
-// of older files with such names stay usable; only new ones are refused.
-// Throws Error(Usage) saying why.
-void check_new_queue_name(const std::string& name);
-
-// Attributes a message may carry: at most kMaxAttributes, keys 1 to
-// kMaxAttributeKey bytes, keys and values valid UTF-8 (they are text in JSON
-// and in `q work`'s environment), each key once. Throws Error(InvalidData)
-// naming the queue and the attribute.
-void check_attributes(const std::string& queue, const Attributes& attributes);
 
 // Attributes with each key once, the last value given winning, in the order
 // the keys first appeared: how `send --attr`, `import` and old files with a

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -133,6 +134,60 @@ void remove_stale_temps(const std::string& target) {
   }
   closedir(listing);
   ::close(dir_fd);
+}
+
+bool write_all(int fd, std::string_view data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+AtomicFile::AtomicFile(std::string target, mode_t mode) : target_(std::move(target)) {
+  remove_stale_temps(target_);
+  fd_ = create_temp_beside(target_, mode, temporary_);
+}
+
+AtomicFile::~AtomicFile() { abandon(); }
+
+void AtomicFile::abandon() {
+  if (fd_ < 0) return;
+  int saved = errno;
+  ::close(fd_);
+  ::unlink(temporary_.c_str());
+  fd_ = -1;
+  errno = saved;
+}
+
+bool AtomicFile::commit(bool durable) {
+  if (fd_ < 0) return false;
+  if (durable && ::fsync(fd_) != 0) {
+    abandon();
+    return false;
+  }
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 || ::rename(temporary_.c_str(), target_.c_str()) != 0) {
+    int err = errno;
+    ::unlink(temporary_.c_str());
+    errno = err;
+    return false;
+  }
+  if (durable) {
+    int dir = ::open(parent_dir(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      ::fsync(dir);
+      ::close(dir);
+    }
+  }
+  return true;
 }
 
 }  // namespace q::files

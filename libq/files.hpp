@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 
 namespace q::files {
 
@@ -39,5 +40,35 @@ int create_temp_beside(const std::string& target, mode_t mode, std::string& temp
 // process of that pid runs and nobody holds the file's lock. Quiet: a file
 // that cannot be removed is left alone.
 void remove_stale_temps(const std::string& target);
+
+// Writes every byte of `data` to `fd`, again after EINTR and short writes.
+// False with errno set when a write failed.
+bool write_all(int fd, std::string_view data);
+
+// A file that replaces `target` whole or not at all: written under a
+// temporary name beside it (create_temp_beside, after remove_stale_temps) and
+// renamed over it by commit(). Destroyed uncommitted (an error, an
+// exception), the temporary file is removed and `target` is as it was.
+class AtomicFile {
+ public:
+  // fd() < 0 with errno set when the temporary file could not be made.
+  AtomicFile(std::string target, mode_t mode);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& target() const { return target_; }
+  bool write(std::string_view data) { return write_all(fd_, data); }
+  // With `durable`, syncs the file before the rename and the directory after.
+  // False with errno set when it failed; the temporary file is then gone.
+  bool commit(bool durable);
+
+ private:
+  void abandon();
+  std::string target_;
+  std::string temporary_;
+  int fd_ = -1;
+};
 
 }  // namespace q::files

@@ -20,6 +20,7 @@
 #include "lmdb_verify.hpp"
 #include "queue_view.hpp"
 #include "records.hpp"
+#include "rules.hpp"
 #include "sha256.hpp"
 #include "timefmt.hpp"
 #include "utf8.hpp"
@@ -31,20 +32,9 @@ namespace {
 // commit_small_change).
 constexpr std::size_t kBulkSend = 1000;
 
-std::string_view bytes_of(const std::uint64_t& v) {
-  return {reinterpret_cast<const char*>(&v), sizeof v};
-}
-
 [[noreturn]] void no_such_queue(const std::string& queue) {
-  throw Error(ErrorKind::NotFound,
-              fmt::format("queue {}: no such queue (create it with 'q create {}')", queue, queue));
-}
-
-void check_queue_name(const std::string& queue) {
-  if (!is_valid_queue_name(queue))
-    throw Error(ErrorKind::Usage,
-                fmt::format("queue name '{}': use 1 to {} letters, digits, '-', '_' or '.'", queue,
-                            kMaxQueueName));
+  throw Error(ErrorKind::NotFound, fmt::format("queue {}: no such queue", queue))
+      .with_remedy(Remedy::CreateQueue, queue);
 }
 
 class LmdbBroker final : public Broker {
@@ -60,10 +50,8 @@ class LmdbBroker final : public Broker {
     }
   }
 
-  bool create_queue(const std::string& queue, const ConfigChange& change) override {
-    check_queue_name(queue);
+  bool do_create_queue(const std::string& queue, const ConfigChange& change) override {
     QueueConfig wanted = apply(QueueConfig{}, change);
-    validate(wanted);
     Txn txn(*env_, Txn::Write);
     if (auto existing = load(txn, queue)) {
       check_agrees(queue, existing->config, change);
@@ -79,19 +67,14 @@ class LmdbBroker final : public Broker {
     return true;
   }
 
-  QueueConfig configure(const std::string& queue, const ConfigChange& change) override {
+  QueueConfig do_configure(const std::string& queue, const ConfigChange& change) override {
     if (change.empty()) {
       Txn txn(*env_, Txn::Read);
       return must_load(txn, queue).config;
     }
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
-    if (change.fifo && *change.fifo != view.rec.config.fifo)
-      throw Error(ErrorKind::Usage,
-                  fmt::format("queue {}: is a {} queue, and a queue's kind cannot change; create "
-                              "a new queue{} and move the messages",
-                              queue, view.rec.config.fifo ? "FIFO" : "standard",
-                              view.rec.config.fifo ? "" : " with --fifo"));
+    check_kind_kept(queue, view.rec.config, change);
     QueueConfig config = apply(view.rec.config, change);
     validate(config);
     // The shared rate state belongs to the old rate: an hour's wait earned at
@@ -103,7 +86,7 @@ class LmdbBroker final : public Broker {
     return config;
   }
 
-  RemovedCounts delete_queue(const std::string& queue) override {
+  RemovedCounts do_delete_queue(const std::string& queue) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     RemovedCounts removed;
@@ -119,7 +102,7 @@ class LmdbBroker final : public Broker {
     return removed;
   }
 
-  std::vector<std::string> list_queues() override {
+  std::vector<std::string> do_list_queues() override {
     Txn txn(*env_, Txn::Read);
     std::vector<std::string> names;
     Cursor c(txn, db().queues);
@@ -127,10 +110,8 @@ class LmdbBroker final : public Broker {
     return names;
   }
 
-  std::vector<SendResult> send(const std::string& queue, std::vector<OutgoingMessage> messages,
+  std::vector<SendResult> do_send(const std::string& queue, std::vector<OutgoingMessage> messages,
                                const SendOptions& options) override {
-    check_queue_name(queue);
-    for (const auto& m : messages) check_outgoing(queue, m);
     if (messages.size() >= kBulkSend) commit_small_change(queue);
     Txn txn(*env_, Txn::Write);
     auto existing = load(txn, queue);
@@ -145,7 +126,7 @@ class LmdbBroker final : public Broker {
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
     view.maintain();
     const auto& config = view.rec.config;
-    check_groups(queue, config, messages, options);
+    check_send_against(queue, config, messages, options);
     if (config.content_dedup)
       for (auto& m : messages)
         if (m.dedup_id.empty()) m.dedup_id = sha256_hex(m.body);
@@ -158,16 +139,6 @@ class LmdbBroker final : public Broker {
                   fmt::format("queue {}: a message visible at {} is further ahead than the "
                               "queue's retention ({})",
                               queue, format_time(visible_at), format_duration(config.retention)));
-
-    std::size_t index = 0;
-    for (const auto& m : messages) {
-      ++index;
-      if (m.body.size() > config.max_size)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("queue {}: message {} is {} bytes, over the queue's max size of "
-                                "{} bytes; nothing was sent",
-                                queue, index, m.body.size(), config.max_size));
-    }
 
     // Duplicates of earlier sends, or of earlier messages of this batch, store nothing.
     std::vector<std::optional<std::uint64_t>> duplicate_of(messages.size());
@@ -230,11 +201,7 @@ class LmdbBroker final : public Broker {
     return results;
   }
 
-  std::vector<Message> receive(const std::string& queue, const ReceiveOptions& options) override {
-    check_queue_name(queue);
-    if (options.visibility_timeout &&
-        (*options.visibility_timeout < 0 || *options.visibility_timeout > kMaxVisibilityTimeout))
-      throw Error(ErrorKind::Usage, "--visibility-timeout: must be between 0s and 12h");
+  std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) override {
     const Millis deadline = clock_->now() + std::max<Millis>(options.wait, 0);
     // Wait on the file's doorbell; watch the file itself only where the bell
     // cannot be had.
@@ -264,7 +231,7 @@ class LmdbBroker final : public Broker {
     }
   }
 
-  Millis next_delivery(const std::string& queue, bool rate_limited) override {
+  Millis do_next_delivery(const std::string& queue, bool rate_limited) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     Millis earliest = INT64_MAX;
@@ -285,12 +252,12 @@ class LmdbBroker final : public Broker {
     return earliest;
   }
 
-  std::unique_ptr<ChangeWatch> watch() override {
+  std::unique_ptr<ChangeWatch> do_watch() override {
     return std::make_unique<FileWatch>(env_->path());
   }
 
-  void dead_letter(const std::string& queue, const std::string& receipt,
-                   const std::string& reason, const RunReport& run) override {
+  void do_dead_letter(const std::string& queue, const std::string& receipt,
+                      const std::string& reason, const RunReport& run) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -301,9 +268,8 @@ class LmdbBroker final : public Broker {
     txn.commit();
   }
 
-  ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
+  ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
                           const std::string& key, Millis keep) override {
-    check_idempotency_key(key);
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -325,18 +291,17 @@ class LmdbBroker final : public Broker {
     return ReceiptOutcome::Done;
   }
 
-  bool is_done(const std::string& queue, const std::string& key) override {
-    check_idempotency_key(key);
+  bool do_is_done(const std::string& queue, const std::string& key) override {
     Txn txn(*env_, Txn::Read);
     auto rec = must_load(txn, queue);
     auto entry = txn.get(db().done, store::key_q_bytes(rec.qid, key));
-    if (!entry || entry->size() != 8) return false;
-    Millis expires = 0;
-    std::memcpy(&expires, entry->data(), 8);
-    return expires > clock_->now();
+    if (!entry) return false;
+    auto done = store::decode_done(*entry, txn.format());
+    if (!done) damaged_meta(fmt::format("queue {}: the done entry of key {}", queue, key));
+    return done->expires > clock_->now();
   }
 
-  std::vector<ReceiptResult> ack(const std::string& queue,
+  std::vector<ReceiptResult> do_ack(const std::string& queue,
                                  const std::vector<std::string>& receipts) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
@@ -368,21 +333,13 @@ class LmdbBroker final : public Broker {
     return results;
   }
 
-  Millis extend(const std::string& queue, const std::string& receipt, Millis by) override {
-    if (by < 0 || by > kMaxVisibilityTimeout)
-      throw Error(ErrorKind::Usage, fmt::format("--by {}: must be between 0s and 12h",
-                                                format_duration(by)));
+  Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
     auto [seq, header] = view.current_delivery(receipt);
     Millis until = view.now + by;
-    Millis limit = header.last_received_at + kMaxVisibilityTimeout;
-    if (until > limit)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("receipt {}: cannot extend to {}: a message may be held at most "
-                              "12h after its receive (until {})",
-                              receipt, format_time(until), format_time(limit)));
+    check_extend_limit(receipt, until, header.last_received_at);
     QueueView::GroupEdit group(view, header.group);
     // A lease that ran out but was not redelivered is taken up again.
     if (!view.unlink(seq, header)) group.took_flight();
@@ -396,15 +353,8 @@ class LmdbBroker final : public Broker {
     return until;
   }
 
-  Millis nack(const std::string& queue, const std::string& receipt,
+  Millis do_nack(const std::string& queue, const std::string& receipt,
               const NackOptions& options) override {
-    if (options.delay < 0 || options.delay > kMaxDelay)
-      throw Error(ErrorKind::Usage, fmt::format("--delay {}: must be between 0s and 12h",
-                                                format_duration(options.delay)));
-    if (options.reason.size() > kMaxReason)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("--reason: {} bytes, at most {} are kept", options.reason.size(),
-                              kMaxReason));
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -430,10 +380,7 @@ class LmdbBroker final : public Broker {
     return header.visible_at;
   }
 
-  void pause(const std::string& queue, Millis until, const std::string& reason) override {
-    if (reason.size() > kMaxReason)
-      throw Error(ErrorKind::InvalidData, fmt::format("--reason: {} bytes, at most {} are kept",
-                                                      reason.size(), kMaxReason));
+  void do_pause(const std::string& queue, Millis until, const std::string& reason) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     if (until != 0 && until <= view.now)
@@ -443,7 +390,7 @@ class LmdbBroker final : public Broker {
     txn.commit();
   }
 
-  std::optional<Pause> resume(const std::string& queue) override {
+  std::optional<Pause> do_resume(const std::string& queue) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     auto was = active_pause(txn, db(), view.rec.qid, queue, view.now);
@@ -452,7 +399,7 @@ class LmdbBroker final : public Broker {
     return was;
   }
 
-  std::vector<Message> peek(const std::string& queue, std::size_t max) override {
+  std::vector<Message> do_peek(const std::string& queue, std::size_t max) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     auto found = view.headers(db().messages, "the record of message", max);
@@ -462,11 +409,11 @@ class LmdbBroker final : public Broker {
     return out;
   }
 
-  std::uint64_t purge(const std::string& queue) override {
+  std::uint64_t do_purge(const std::string& queue) override {
     return purge_with(queue, &LmdbBroker::purge_live);
   }
 
-  std::vector<QueueStats> stats(const std::string& queue) override {
+  std::vector<QueueStats> do_stats(const std::string& queue) override {
     Txn txn(*env_, Txn::Read);
     Millis now = clock_->now();
     std::vector<QueueStats> out;
@@ -487,7 +434,7 @@ class LmdbBroker final : public Broker {
     return out;
   }
 
-  std::vector<Message> dead_letters(const std::string& queue, std::size_t max) override {
+  std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     std::vector<Message> out;
@@ -496,7 +443,7 @@ class LmdbBroker final : public Broker {
     return out;
   }
 
-  void each_dead_letter(const std::string& queue,
+  void do_each_dead_letter(const std::string& queue,
                         const std::function<bool(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
@@ -508,11 +455,11 @@ class LmdbBroker final : public Broker {
     });
   }
 
-  std::uint64_t purge_dead_letters(const std::string& queue) override {
+  std::uint64_t do_purge_dead_letters(const std::string& queue) override {
     return purge_with(queue, &LmdbBroker::purge_dead);
   }
 
-  std::vector<Message> redrive(const std::string& queue, const RedriveOptions& options) override {
+  std::vector<Message> do_redrive(const std::string& queue, const RedriveOptions& options) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -554,19 +501,16 @@ class LmdbBroker final : public Broker {
     std::vector<std::pair<std::uint64_t, Header>> chosen;
     std::unordered_set<std::uint64_t> named;  // an id given twice moves once
     for (const auto& id : options.ids) {
-      auto seq = store::parse_message_id(id);
-      if (!seq)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("--id {}: not a message id (like m1f)", id));
-      if (!named.insert(*seq).second) continue;
-      auto header = view.find_header(db().dead, *seq);
+      auto seq = parse_id(id, "id");
+      if (!named.insert(seq).second) continue;
+      auto header = view.find_header(db().dead, seq);
       if (!header) {
         if (options.skip_missing) continue;
         throw Error(ErrorKind::NotFound,
                     fmt::format("queue {}: no dead letter {}; nothing was redriven", view.name, id));
       }
       if (options.max && chosen.size() >= *options.max) break;
-      chosen.emplace_back(*seq, std::move(*header));
+      chosen.emplace_back(seq, std::move(*header));
     }
     return chosen;
   }
@@ -584,11 +528,8 @@ class LmdbBroker final : public Broker {
                                   "nothing was redriven",
                                   into.name, store::message_id(seq)));
     for (const auto& m : out) {
-      if (m.body.size() > into.rec.config.max_size)
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("queue {}: dead letter {} is {} bytes, over the queue's max size "
-                                "of {} bytes; nothing was redriven",
-                                into.name, m.id, m.body.size(), into.rec.config.max_size));
+      check_body_size(into.name, into.rec.config, m.body.size(), "dead letter " + m.id,
+                      "redriven");
       // Stored attributes keep the form they were accepted in (older files
       // may hold repeated keys or bytes that are not UTF-8); what would make
       // the message unrunnable is refused.
@@ -596,34 +537,30 @@ class LmdbBroker final : public Broker {
     }
   }
 
-  std::optional<Message> find_dead_letter(const std::string& queue,
+  std::optional<Message> do_find_dead_letter(const std::string& queue,
                                           const std::string& id) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
-    auto seq = store::parse_message_id(id);
-    if (!seq)
-      throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
-    auto header = view.find_header(db().dead, *seq);
+    auto seq = parse_id(id);
+    auto header = view.find_header(db().dead, seq);
     if (!header) return std::nullopt;
-    auto m = to_message(*seq, *header, view.body(*seq), MessageState::Dead);
-    m.attempts = read_history(txn, db(), *seq, *header, view.now);
+    auto m = to_message(seq, *header, view.body(seq), MessageState::Dead);
+    m.attempts = read_history(txn, db(), seq, *header, view.now);
     return m;
   }
 
-  std::vector<std::string> delete_dead_letters(const std::string& queue,
+  std::vector<std::string> do_delete_dead_letters(const std::string& queue,
                                                const std::vector<std::string>& ids) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     std::vector<std::string> missing;
     std::unordered_set<std::uint64_t> named;  // an id given twice is deleted once
     for (const auto& id : ids) {
-      auto seq = store::parse_message_id(id);
-      if (!seq)
-        throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
-      if (!named.insert(*seq).second) continue;
-      auto header = view.find_header(db().dead, *seq);
+      auto seq = parse_id(id);
+      if (!named.insert(seq).second) continue;
+      auto header = view.find_header(db().dead, seq);
       if (header)
-        view.remove_dead(*seq, *header);
+        view.remove_dead(seq, *header);
       else
         missing.push_back(id);
     }
@@ -632,16 +569,15 @@ class LmdbBroker final : public Broker {
     return missing;
   }
 
-  void export_messages(const std::string& queue,
+  void do_export_messages(const std::string& queue,
                        const std::function<void(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     export_queue(view, each);
   }
 
-  std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages,
-                                           bool create_queue, bool skip_existing) override {
-    check_queue_name(queue);
+  std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages,
+                                              bool create_queue, bool skip_existing) override {
     Txn txn(*env_, Txn::Write);
     auto existing = load(txn, queue);
     if (!existing) {
@@ -671,39 +607,37 @@ class LmdbBroker final : public Broker {
     return ids;
   }
 
-  std::optional<Message> show(const std::string& queue, const std::string& id) override {
+  std::optional<Message> do_show(const std::string& queue, const std::string& id) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
-    auto seq = store::parse_message_id(id);
-    if (!seq)
-      throw Error(ErrorKind::InvalidData, fmt::format("'{}': not a message id (like m1f)", id));
+    std::uint64_t seq = parse_id(id);
     MessageState state = MessageState::Dead;
-    auto header = view.find_header(db().messages, *seq);
+    auto header = view.find_header(db().messages, seq);
     if (header)
       state = state_of(*header, view.now);
     else
-      header = view.find_header(db().dead, *seq);
+      header = view.find_header(db().dead, seq);
     if (!header) return std::nullopt;
-    auto m = to_message(*seq, *header, view.body(*seq), state);
-    m.attempts = read_history(txn, db(), *seq, *header, view.now);
+    auto m = to_message(seq, *header, view.body(seq), state);
+    m.attempts = read_history(txn, db(), seq, *header, view.now);
     return m;
   }
 
-  void register_worker(std::uint32_t pid, Millis since, const std::string& command) override {
+  void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) override {
     Txn txn(*env_, Txn::Write);
     q::register_worker(txn, db(), pid, since, command);
     txn.commit();
   }
 
-  void unregister_worker(std::uint32_t pid, Millis since) override {
+  void do_unregister_worker(std::uint32_t pid, Millis since) override {
     Txn txn(*env_, Txn::Write);
     q::unregister_worker(txn, db(), pid, since);
     txn.commit();
   }
 
-  void backup(const std::string& path) override { env_->copy_to(path); }
+  void do_backup(const std::string& path) override { env_->copy_to(path); }
 
-  std::vector<std::string> verify() override {
+  std::vector<std::string> do_verify() override {
     Txn txn(*env_, Txn::Read);
     return store::verify_file(txn, db(), clock_->now());
   }
@@ -750,98 +684,41 @@ class LmdbBroker final : public Broker {
                             env_->path(), queue));
   }
 
-  void check_agrees(const std::string& queue, const QueueConfig& have,
-                    const ConfigChange& change) {
-    auto differs = [&](const char* flag, auto want, auto is, auto show) {
-      if (want && *want != is)
-        throw Error(ErrorKind::Usage,
-                    fmt::format("queue {}: already exists with {} {}; change it with 'q config {} "
-                                "{} {}'",
-                                queue, flag, show(is), queue, flag, show(*want)));
-    };
-    auto dur = [](Millis v) { return format_duration(v); };
-    auto num = [](auto v) { return fmt::format("{}", v); };
-    differs("--visibility-timeout", change.visibility_timeout, have.visibility_timeout, dur);
-    differs("--max-receives", change.max_receives, have.max_receives, num);
-    differs("--retention", change.retention, have.retention, dur);
-    differs("--delay", change.delay, have.delay, dur);
-    differs("--max-depth", change.max_depth, have.max_depth, num);
-    differs("--max-size", change.max_size, have.max_size, num);
-    differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
-    differs("--rate", change.rate, have.rate, [](double v) { return fmt::format("{}/s", v); });
-    if (change.fifo && *change.fifo != have.fifo)
-      throw Error(ErrorKind::Usage,
-                  fmt::format("queue {}: already exists as a {} queue, and a queue's kind cannot "
-                              "change",
-                              queue, have.fifo ? "FIFO" : "standard"));
-    auto flag = [](bool v) { return v ? "on" : "off"; };
-    differs("--content-dedup", change.content_dedup, have.content_dedup, flag);
-  }
-
-  static void check_idempotency_key(const std::string& key) {
-    if (key.empty() || key.size() > kMaxIdempotencyKey)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("idempotency key of {} bytes: must be 1 to {}", key.size(),
-                              kMaxIdempotencyKey));
-  }
-
   void remember_done(QueueView& view, const std::string& key, Millis keep) {
     Millis expires = view.now + keep;
     auto done_key = store::key_q_bytes(view.rec.qid, key);
-    if (auto old = view.txn.get(db().done, done_key); old && old->size() == 8) {
-      Millis old_expires = 0;
-      std::memcpy(&old_expires, old->data(), 8);
-      view.txn.del(db().done_expiry, store::key_q_time_bytes(view.rec.qid, old_expires, key));
+    if (auto old = view.txn.get(db().done, done_key)) {
+      auto old_done = store::decode_done(*old, view.txn.format());
+      if (!old_done) damaged_meta(fmt::format("queue {}: the done entry of key {}", view.name, key));
+      view.txn.del(db().done_expiry,
+                   store::key_q_time_bytes(view.rec.qid, old_done->expires, key));
     }
-    view.txn.put(db().done, done_key, {reinterpret_cast<const char*>(&expires), 8});
+    view.txn.put(db().done, done_key, store::encode(store::DoneRecord{expires}));
     view.txn.put(db().done_expiry, store::key_q_time_bytes(view.rec.qid, expires, key), {});
   }
 
-  static void check_groups(const std::string& queue, const QueueConfig& config,
-                           const std::vector<OutgoingMessage>& messages,
-                           const SendOptions& options) {
-    for (const auto& m : messages) {
-      if (!config.fifo && !m.group.empty())
-        throw Error(ErrorKind::Usage,
-                    fmt::format("queue {}: --group applies to FIFO queues only (this one is "
-                                "standard)",
-                                queue));
-      if (config.fifo && m.group.empty())
-        throw Error(ErrorKind::Usage,
-                    fmt::format("queue {}: is a FIFO queue: every message needs --group ID", queue));
-      if (m.group.size() > kMaxGroupId ||
-          !std::all_of(m.group.begin(), m.group.end(),
-                       [](unsigned char c) { return c > 0x20 && c < 0x7F; }))
-        throw Error(ErrorKind::InvalidData,
-                    fmt::format("--group '{}': use 1 to {} printable ASCII characters, no spaces",
-                                m.group, kMaxGroupId));
-    }
-    if (config.fifo && (options.delay || options.at))
-      throw Error(ErrorKind::Usage,
-                  fmt::format("queue {}: a FIFO queue delivers each group in send order, so one "
-                              "message cannot be delayed on its own (as in SQS); set the queue's "
-                              "--delay instead",
-                              queue));
-  }
-
   std::uint32_t next_qid(Txn& txn) {
-    auto bytes = txn.get(db().meta, store::kNextQidKey);
-    std::uint32_t qid = 1;
-    if (bytes && bytes->size() == 4) std::memcpy(&qid, bytes->data(), 4);
-    std::uint32_t next = qid + 1;
-    txn.put(db().meta, store::kNextQidKey, {reinterpret_cast<const char*>(&next), 4});
+    auto qid = static_cast<std::uint32_t>(meta_u64(txn, store::kNextQidKey));
+    set_meta_u64(txn, store::kNextQidKey, qid + 1);
     return qid;
   }
 
   std::uint64_t meta_u64(Txn& txn, const char* key) {
     auto bytes = txn.get(db().meta, key);
-    std::uint64_t v = 1;
-    if (bytes && bytes->size() == 8) std::memcpy(&v, bytes->data(), 8);
-    return v;
+    if (!bytes) return 1;
+    auto v = store::decode_meta_number(*bytes, txn.format());
+    if (!v) damaged_meta(fmt::format("meta {}", key));
+    return *v;
   }
 
   void set_meta_u64(Txn& txn, const char* key, std::uint64_t v) {
-    txn.put(db().meta, key, bytes_of(v));
+    txn.put(db().meta, key, store::encode_meta_number(v));
+  }
+
+  [[noreturn]] void damaged_meta(const std::string& what) const {
+    throw Error(ErrorKind::Io, fmt::format("{}: {}: damaged (checksum mismatch); run 'q verify' "
+                                           "or restore a backup",
+                                           env_->path(), what));
   }
 
   static std::vector<std::string> keys_with_prefix(Txn& txn, MDB_dbi dbi,
@@ -916,7 +793,7 @@ class LmdbBroker final : public Broker {
     s.held_groups = rec.held_groups;
     for (const auto& [group, lapsed] : lapsed_in_group) {
       auto bytes = txn.get(db().groups, store::key_q_bytes(rec.qid, group));
-      auto g = bytes ? store::decode_group(*bytes) : std::nullopt;
+      auto g = bytes ? store::decode_group(*bytes, txn.format()) : std::nullopt;
       if (g && g->in_flight > 0 && lapsed >= g->in_flight && s.held_groups > 0) --s.held_groups;
     }
     s.pause = active_pause(txn, db(), rec.qid, name, now);

@@ -72,9 +72,11 @@ void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group,
     {
       Cursor c(view.txn, view.db.heads);
       if (c.seek(view.prefix) && c.has_prefix(view.prefix) &&
-          store::key_time(c.key()) <= view.now)
-        head = Next{store::key_time(c.key()), store::key_time_seq(c.key()),
-                    std::string(c.value())};
+          store::key_time(c.key()) <= view.now) {
+        auto group = store::decode_head(c.value(), view.txn.format());
+        if (!group) view.corrupt("an entry of its heads index is damaged");
+        head = Next{store::key_time(c.key()), store::key_time_seq(c.key()), std::move(*group)};
+      }
     }
     bool from_head = head && (continuing.empty() || !later(*head, continuing.top()));
     if (!from_head && continuing.empty()) break;

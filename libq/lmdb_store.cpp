@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "files.hpp"
+#include "lmdb_upgrade.hpp"
 #include "records.hpp"
 
 namespace q::store {
@@ -290,8 +291,8 @@ std::unique_ptr<Env> Env::open(const OpenOptions& options) {
     if (errno == EACCES) fail_access(path, "cannot open queue file");
     if (errno != ENOENT) fail_errno(errno, path, "cannot open queue file");
     if (!options.create)
-      throw Error(ErrorKind::NotFound,
-                  fmt::format("{}: no such queue file (make one with 'q create QUEUE')", path));
+      throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path))
+          .with_remedy(Remedy::CreateFile);
     make_dirs(parent_dir(path));
     refuse_network_filesystem(path);
     if (env->stage()) return env;
@@ -709,12 +710,9 @@ void Env::init_databases(bool may_initialize) {
       if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
     }
     if (!txn.get(db_.meta, kFormatKey)) {
-      std::uint32_t version = kFormatVersion;
-      std::uint64_t one = 1;
-      txn.put(db_.meta, kFormatKey, {reinterpret_cast<const char*>(&version), 4});
-      txn.put(db_.meta, kNextSeqKey, {reinterpret_cast<const char*>(&one), 8});
-      std::uint32_t qid = 1;
-      txn.put(db_.meta, kNextQidKey, {reinterpret_cast<const char*>(&qid), 4});
+      txn.put(db_.meta, kFormatKey, encode_format(kFormatVersion));
+      txn.put(db_.meta, kNextSeqKey, encode_meta_number(1));
+      txn.put(db_.meta, kNextQidKey, encode_meta_number(1));
     }
     txn.commit();
   }
@@ -744,14 +742,14 @@ void Env::init_databases(bool may_initialize) {
     if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
   }
   auto format = txn.get(db_.meta, kFormatKey);
-  if (!format || format->size() != 4) throw not_ours();
-  std::uint32_t version = 0;
-  std::memcpy(&version, format->data(), 4);
-  if (version != kFormatVersion)
+  auto version = format ? decode_format(*format) : std::nullopt;
+  if (!version) throw not_ours();
+  if (*version < kOldestFormat || *version > kFormatVersion)
     throw Error(ErrorKind::Io,
                 fmt::format("{}: queue file format {} is not supported (this q reads format {})",
-                            options_.path, version, kFormatVersion));
+                            options_.path, *version, kFormatVersion));
   txn.commit();  // keeps the database handles open for later transactions
+  note_format(*version);  // an older format is upgraded by the first write
 }
 
 void Env::lock_writer() { lock_bounded(fd_, options_.path); }
@@ -929,13 +927,10 @@ void Env::copy_to(const std::string& target) {
 
   // Leftovers of backups that were killed, then a temporary file of our own
   // that nobody else can read meanwhile (0600 until it has the source's mode).
-  files::remove_stale_temps(target);
-  std::string temporary;
-  int copy = files::create_temp_beside(target, 0600, temporary);
+  files::AtomicFile file(target, 0600);
+  const int copy = file.fd();
   if (copy < 0) fail_errno(errno, target, "cannot write the copy");
   auto give_up = [&](int err, const std::string& doing) {
-    ::close(copy);
-    ::unlink(temporary.c_str());
     if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO)
       throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", target, doing,
                                              err == EIO ? "I/O error or disk full" : "disk full"));
@@ -946,8 +941,6 @@ void Env::copy_to(const std::string& target) {
     if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG || rc == EIO || rc == EACCES || rc == EPERM ||
         rc == EROFS)
       give_up(rc, "cannot write the copy");
-    ::close(copy);
-    ::unlink(temporary.c_str());
     fail(rc, "cannot copy");
   }
   // The source's group where this user may give it (its own groups; root
@@ -956,14 +949,7 @@ void Env::copy_to(const std::string& target) {
   if (fchown(copy, static_cast<uid_t>(-1), source.st_gid) != 0 && errno != EPERM)
     give_up(errno, "cannot set the copy's group");
   if (fchmod(copy, source.st_mode & 0777) != 0) give_up(errno, "cannot set the copy's mode");
-  if (fsync(copy) != 0) give_up(errno, "cannot write the copy");
-  if (::rename(temporary.c_str(), target.c_str()) != 0) give_up(errno, "cannot write the copy");
-  ::close(copy);
-  int dir = ::open(parent_dir(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    fsync(dir);
-    ::close(dir);
-  }
+  if (!file.commit(true)) give_up(errno, "cannot write the copy");
 }
 
 // ---- Txn --------------------------------------------------------------------
@@ -988,6 +974,23 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
     if (locked_) env_.unlock_writer();
     env_.fail(rc, "cannot begin transaction");
   }
+  // The first write to an older file upgrades it, inside this transaction:
+  // the upgrade and the write commit together or not at all.
+  if (mode == Write && env_.format() != 0 && env_.format() < kFormatVersion) {
+    try {
+      if (format() < kFormatVersion) {
+        upgrade_file(*this);
+        format_ = kFormatVersion;
+        upgraded_ = true;
+      }
+    } catch (...) {
+      if (!env_.damaged()) mdb_txn_abort(txn_);
+      txn_ = nullptr;
+      env_.unlock_writer();
+      locked_ = false;
+      throw;
+    }
+  }
   if (mode == Write) env_.create_absent(txn_);
 }
 
@@ -1011,6 +1014,16 @@ void Env::settle_absent(bool committed) {
   for (auto& a : absent_) *a.dbi = kAbsentDbi;
 }
 
+std::uint32_t Txn::format() {
+  if (format_ != 0) return format_;
+  if (env_.format() == kFormatVersion) return format_ = kFormatVersion;
+  auto bytes = get(env_.db().meta, kFormatKey);
+  auto version = bytes ? decode_format(*bytes) : std::nullopt;
+  format_ = version.value_or(kFormatVersion);
+  if (format_ == kFormatVersion) env_.note_format(format_);  // committed by another process
+  return format_;
+}
+
 Txn::~Txn() {
   if (txn_ && write_) env_.settle_absent(false);
   if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
@@ -1025,6 +1038,7 @@ void Txn::commit() {
   }
   txn_ = nullptr;
   if (write_) env_.settle_absent(rc == 0);
+  if (rc == 0 && upgraded_) env_.note_format(kFormatVersion);
   if (locked_) {
     if (rc == 0 && env_.publish_on_commit()) {
       env_.unlock_writer();

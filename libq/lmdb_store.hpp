@@ -20,9 +20,9 @@
 namespace q::store {
 
 // Keys of the meta database.
-constexpr const char* kFormatKey = "q-format";    // u32: kFormatVersion
-constexpr const char* kNextSeqKey = "next-seq";   // u64: the next message's sequence number
-constexpr const char* kNextQidKey = "next-qid";   // u32: the next queue's id
+constexpr const char* kFormatKey = "q-format";    // encode_format: the file's format
+constexpr const char* kNextSeqKey = "next-seq";   // encode_meta_number: the next message's seq
+constexpr const char* kNextQidKey = "next-qid";   // encode_meta_number: the next queue's id
 
 // What this process is doing inside LMDB, for a watchdog outside libq (the
 // CLI's): LMDB trusts its pages, and a damaged one can make it loop forever
@@ -118,6 +118,10 @@ class Env {
   // the queue's own files (by name and by inode) as `target`.
   void copy_to(const std::string& target);
 
+  // The file's format as last seen (0 before the databases are open): it only
+  // goes up, from 1 to kFormatVersion, when a write upgrades the file.
+  std::uint32_t format() const { return format_; }
+  void note_format(std::uint32_t format) { format_ = std::max(format_, format); }
 
  private:
   static constexpr std::chrono::seconds kReaderCheckEvery{1};
@@ -162,6 +166,7 @@ class Env {
     const char* name;
   };
   std::vector<AbsentDb> absent_;
+  std::uint32_t format_ = 0;
 };
 
 class Txn {
@@ -188,12 +193,18 @@ class Txn {
   void put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags = 0);
   bool del(MDB_dbi dbi, std::string_view key);  // false when the key was absent
   std::size_t entries(MDB_dbi dbi);
+  // The file's format as this transaction sees it: a read of a format-1 file
+  // sees 1; a write transaction upgrades such a file first (lmdb_upgrade.cpp),
+  // so it always sees kFormatVersion.
+  std::uint32_t format();
 
  private:
   Env& env_;
   MDB_txn* txn_ = nullptr;
   bool write_;
   bool locked_ = false;
+  std::uint32_t format_ = 0;  // 0: not read yet
+  bool upgraded_ = false;
 };
 
 class Cursor {

@@ -24,6 +24,9 @@ class Verifier {
     check_unknown_queue_entries();
     check_bodies();
     check_next_seq();
+    check_next_qid();
+    check_kept_keys(db_.dedup, "dedup");
+    check_kept_keys(db_.done, "done");
     if (problems_.size() >= kMaxProblems) problems_.push_back("... (stopped after 1000 problems)");
     return problems_;
   }
@@ -169,7 +172,7 @@ class Verifier {
     Cursor c(txn_, db_.groups);
     for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) {
       std::string group(c.key().substr(4));
-      auto record = decode_group(c.value());
+      auto record = decode_group(c.value(), txn_.format());
       if (!record) {
         problem(fmt::format("queue {}: group {}: record damaged", q.name, group));
         continue;
@@ -188,9 +191,14 @@ class Verifier {
           auto seq = key_q_seq_seq(first.key().substr(group_prefix.size() - 4));
           auto bytes = txn_.get(db_.messages, key_q_seq(qid, seq));
           auto header = bytes ? decode_header(*bytes) : std::nullopt;
-          if (header && !heads.erase(key_q_time_seq(qid, header->visible_at, seq)))
+          auto head_key = header ? key_q_time_seq(qid, header->visible_at, seq) : "";
+          if (header && !heads.erase(head_key))
             problem(fmt::format("queue {}: group {}: its head {} is not offered", q.name, group,
                                 message_id(seq)));
+          else if (auto offered = header ? txn_.get(db_.heads, head_key) : std::nullopt;
+                   offered && decode_head(*offered, txn_.format()) != group)
+            problem(fmt::format("queue {}: group {}: the heads entry of {} is damaged", q.name,
+                                group, message_id(seq)));
         }
       }
     }
@@ -255,12 +263,12 @@ class Verifier {
   // the file (else the next send collides, or the sequence wraps).
   void check_next_seq() {
     auto bytes = txn_.get(db_.meta, kNextSeqKey);
-    if (!bytes || bytes->size() != 8) {
+    auto decoded = bytes ? decode_meta_number(*bytes, txn_.format()) : std::nullopt;
+    if (!decoded) {
       problem("meta: next-seq is missing or damaged");
       return;
     }
-    std::uint64_t next = 0;
-    std::memcpy(&next, bytes->data(), 8);
+    std::uint64_t next = *decoded;
     Cursor c(txn_, db_.bodies);
     if (!c.last()) return;
     std::uint64_t largest = 0;
@@ -269,6 +277,41 @@ class Verifier {
       problem(fmt::format("meta: next-seq {} is not above the largest message id {}{}", next,
                           message_id(largest),
                           next == UINT64_MAX ? " (the sequence is exhausted)" : ""));
+  }
+
+  // Queues are numbered from next-qid on: it must be above every queue's id.
+  void check_next_qid() {
+    auto bytes = txn_.get(db_.meta, kNextQidKey);
+    auto next = bytes ? decode_meta_number(*bytes, txn_.format()) : std::nullopt;
+    if (!next) {
+      problem("meta: next-qid is missing or damaged");
+      return;
+    }
+    if (!queues_.empty() && *next <= queues_.rbegin()->first)
+      problem(fmt::format("meta: next-qid {} is not above the largest queue id {}", *next,
+                          queues_.rbegin()->first));
+  }
+
+  // Dedup ids and idempotency keys: each record intact (its checksum, in
+  // format 2), of a queue that exists.
+  void check_kept_keys(MDB_dbi dbi, const char* name) {
+    Cursor c(txn_, dbi);
+    for (bool ok = c.first(); ok;) {
+      std::uint32_t qid = key_qid(c.key());
+      auto q = queues_.find(qid);
+      if (q == queues_.end()) {
+        problem(fmt::format("{}: entries of a queue that does not exist (id {})", name, qid));
+        if (qid == UINT32_MAX) break;
+        ok = c.seek(key_q(qid + 1));
+        continue;
+      }
+      bool intact = dbi == db_.dedup ? decode_dedup(c.value(), txn_.format()).has_value()
+                                     : decode_done(c.value(), txn_.format()).has_value();
+      if (!intact)
+        problem(fmt::format("queue {}: {} entry '{}': damaged (checksum mismatch)", q->second.name,
+                            name, c.key().substr(4)));
+      ok = c.next();
+    }
   }
 
   Txn& txn_;

@@ -26,24 +26,4 @@ MessageState state_of(const Header& h, Millis now) {
   return MessageState::Delayed;
 }
 
-void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
-  check_attributes(queue, m.attributes);
-  check_attribute_bytes(queue, m.attributes);
-  if (m.dedup_id.size() > kMaxDedupId)
-    throw Error(ErrorKind::InvalidData,
-                fmt::format("queue {}: --dedup-id is {} bytes, at most {}", queue,
-                            m.dedup_id.size(), kMaxDedupId));
-}
-
-// q work hands attributes to its command as environment variables, and
-// execve refuses one over 128 KiB (E2BIG): a message must stay runnable.
-void check_attribute_bytes(const std::string& queue, const Attributes& attributes) {
-  std::size_t bytes = 0;
-  for (const auto& [key, value] : attributes) bytes += key.size() + value.size();
-  if (bytes > kMaxAttributeBytes)
-    throw Error(ErrorKind::InvalidData,
-                fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}",
-                            queue, bytes, kMaxAttributeBytes));
-}
-
 }  // namespace q

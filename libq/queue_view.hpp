@@ -17,6 +17,7 @@
 #include "broker.hpp"
 #include "lmdb_store.hpp"
 #include "records.hpp"
+#include "rules.hpp"
 
 namespace q {
 
@@ -180,7 +181,7 @@ class QueueView {
       if (!active_) return;
       auto bytes = v_.txn.get(v_.db.groups, store::key_q_bytes(v_.rec.qid, group_));
       if (bytes) {
-        auto decoded = store::decode_group(*bytes);
+        auto decoded = store::decode_group(*bytes, v_.txn.format());
         if (!decoded) v_.corrupt(fmt::format("the record of group {} is damaged", group_));
         g_ = *decoded;
       }
@@ -241,7 +242,7 @@ class QueueView {
     if (!header) corrupt(fmt::format("group {} lists a missing message", group));
     auto key = store::key_q_time_seq(rec.qid, header->visible_at, seq);
     if (offer)
-      txn.put(db.heads, key, group);
+      txn.put(db.heads, key, store::encode_head(group));
     else
       txn.del(db.heads, key);
   }
@@ -323,8 +324,8 @@ class QueueView {
       rec.rate_tat_us = static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
     expire_messages();
     expire_dead_letters();
-    expire_keys(db.dedup_expiry, db.dedup, 8);  // value: seq, expires
-    expire_keys(db.done_expiry, db.done, 0);    // value: expires
+    expire_keys(db.dedup_expiry, db.dedup);
+    expire_keys(db.done_expiry, db.done);
   }
 
   // ---- the shared rate budget (GCRA) --------------------------------------------
@@ -419,18 +420,21 @@ class QueueView {
   }
 
   // Dedup ids and idempotency (done) keys past their time: their expiry
-  // index is (qid, expires, key); the record's value holds its expiry at
-  // `expires_at`, which a later renewal may have moved.
-  void expire_keys(MDB_dbi expiry_index, MDB_dbi records, std::size_t expires_at) {
+  // index is (qid, expires, key); the record holds its expiry, which a later
+  // renewal may have moved.
+  void expire_keys(MDB_dbi expiry_index, MDB_dbi records) {
     for (const auto& key : due_keys(expiry_index, kExpireBatch)) {
       txn.del(expiry_index, key);
       auto record_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
       auto entry = txn.get(records, record_key);
-      if (entry && entry->size() == expires_at + 8) {
-        Millis expires = 0;
-        std::memcpy(&expires, entry->data() + expires_at, 8);
-        if (expires <= now) txn.del(records, record_key);
+      if (!entry) continue;
+      std::optional<Millis> expires;
+      if (records == db.dedup) {
+        if (auto d = store::decode_dedup(*entry, txn.format())) expires = d->expires;
+      } else if (auto d = store::decode_done(*entry, txn.format())) {
+        expires = d->expires;
       }
+      if (expires && *expires <= now) txn.del(records, record_key);
     }
   }
 
@@ -449,22 +453,18 @@ class QueueView {
 
   std::optional<std::uint64_t> find_dedup(const std::string& dedup_id) {
     auto entry = txn.get(db.dedup, store::key_q_bytes(rec.qid, dedup_id));
-    if (!entry || entry->size() != 16) return std::nullopt;
-    std::uint64_t seq = 0;
-    Millis expires = 0;
-    std::memcpy(&seq, entry->data(), 8);
-    std::memcpy(&expires, entry->data() + 8, 8);
-    if (expires <= now) return std::nullopt;
-    return seq;
+    if (!entry) return std::nullopt;
+    auto d = store::decode_dedup(*entry, txn.format());
+    if (!d) corrupt(fmt::format("the dedup entry of {} is damaged", dedup_id));
+    if (d->expires <= now) return std::nullopt;
+    return d->seq;
   }
 
   void remember_dedup(const std::string& dedup_id, std::uint64_t seq,
                       std::optional<Millis> until = std::nullopt) {
     Millis expires = until.value_or(now + rec.config.dedup_window);
-    char value[16];
-    std::memcpy(value, &seq, 8);
-    std::memcpy(value + 8, &expires, 8);
-    txn.put(db.dedup, store::key_q_bytes(rec.qid, dedup_id), {value, 16});
+    txn.put(db.dedup, store::key_q_bytes(rec.qid, dedup_id),
+            store::encode(store::DedupRecord{seq, expires}));
     txn.put(db.dedup_expiry, store::key_q_time_bytes(rec.qid, expires, dedup_id), {});
   }
 
@@ -477,12 +477,8 @@ class QueueView {
 
   // The current delivery a receipt names; throws Error(InvalidData or Stale).
   Delivery current_delivery(const std::string& receipt) {
+    check_receipt(receipt);
     auto parsed = store::parse_receipt(receipt);
-    if (!parsed)
-      throw Error(ErrorKind::InvalidData,
-                  fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
-                              "receive', like m1f.0123456789abcdef)",
-                              receipt));
     auto header = find_header(db.messages, parsed->seq);
     auto id = store::message_id(parsed->seq);
     if (!header) {
@@ -515,10 +511,5 @@ Message to_message(std::uint64_t seq, const Header& h, store::Body body, Message
 
 // A live message's state at `now`.
 MessageState state_of(const Header& h, Millis now);
-
-// What a send (or an import) must refuse in a message's attributes and dedup
-// id; throws Error(InvalidData) naming the queue.
-void check_outgoing(const std::string& queue, const OutgoingMessage& m);
-void check_attribute_bytes(const std::string& queue, const Attributes& attributes);
 
 }  // namespace q

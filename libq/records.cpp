@@ -154,6 +154,20 @@ constexpr std::uint8_t kWorkerVersion = 1;
 constexpr std::uint8_t kPauseVersion = 1;
 constexpr std::uint8_t kBodyVersion = 1;
 constexpr std::uint8_t kQueueVersion = 1;
+constexpr std::uint8_t kGroupVersion = 1;
+constexpr std::uint8_t kDedupVersion = 1;
+constexpr std::uint8_t kDoneVersion = 1;
+constexpr std::uint8_t kMetaVersion = 1;
+constexpr std::uint8_t kHeadVersion = 1;
+
+// Format 1 stored these values as bare native-endian integers.
+template <typename T>
+std::optional<T> bare(std::string_view bytes, std::size_t at = 0) {
+  T v{};
+  if (bytes.size() < at + sizeof v) return std::nullopt;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
+}
 
 }  // namespace
 
@@ -423,13 +437,15 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
 std::string encode(const GroupRecord& g) {
   Writer w;
   w.begin();
+  w.u8(kGroupVersion);
   w.u64(g.messages);
   w.u64(g.in_flight);
   return w.seal();
 }
 
-std::optional<GroupRecord> decode_group(std::string_view bytes) {
+std::optional<GroupRecord> decode_group(std::string_view bytes, std::uint32_t format) {
   Reader r(bytes);
+  if (format >= 2 && r.u8() != kGroupVersion) return std::nullopt;
   GroupRecord g;
   g.messages = r.u64();
   g.in_flight = r.u64();
@@ -533,6 +549,97 @@ std::optional<Pause> decode_pause(std::string_view bytes) {
   p.reason = r.str();
   if (!r.done()) return std::nullopt;
   return p;
+}
+
+std::string encode(const DedupRecord& d) {
+  Writer w;
+  w.begin();
+  w.u8(kDedupVersion);
+  w.u64(d.seq);
+  w.i64(d.expires);
+  return w.seal();
+}
+
+std::optional<DedupRecord> decode_dedup(std::string_view bytes, std::uint32_t format) {
+  if (format < 2) {  // (seq u64, expires i64), no checksum
+    if (bytes.size() != 16) return std::nullopt;
+    return DedupRecord{*bare<std::uint64_t>(bytes), *bare<std::int64_t>(bytes, 8)};
+  }
+  Reader r(bytes);
+  if (r.u8() != kDedupVersion) return std::nullopt;
+  DedupRecord d;
+  d.seq = r.u64();
+  d.expires = r.i64();
+  if (!r.done()) return std::nullopt;
+  return d;
+}
+
+std::string encode(const DoneRecord& d) {
+  Writer w;
+  w.begin();
+  w.u8(kDoneVersion);
+  w.i64(d.expires);
+  return w.seal();
+}
+
+std::optional<DoneRecord> decode_done(std::string_view bytes, std::uint32_t format) {
+  if (format < 2) {  // expires i64, no checksum
+    if (bytes.size() != 8) return std::nullopt;
+    return DoneRecord{*bare<std::int64_t>(bytes)};
+  }
+  Reader r(bytes);
+  if (r.u8() != kDoneVersion) return std::nullopt;
+  DoneRecord d;
+  d.expires = r.i64();
+  if (!r.done()) return std::nullopt;
+  return d;
+}
+
+std::string encode_head(std::string_view group) {
+  Writer w;
+  w.begin();
+  w.u8(kHeadVersion);
+  w.tail(group);
+  return w.seal();
+}
+
+std::optional<std::string> decode_head(std::string_view bytes, std::uint32_t format) {
+  if (format < 2) return std::string(bytes);
+  Reader r(bytes);
+  if (r.u8() != kHeadVersion || !r.ok()) return std::nullopt;
+  return r.rest();
+}
+
+std::string encode_meta_number(std::uint64_t value) {
+  Writer w;
+  w.begin();
+  w.u8(kMetaVersion);
+  w.u64(value);
+  return w.seal();
+}
+
+std::optional<std::uint64_t> decode_meta_number(std::string_view bytes, std::uint32_t format) {
+  if (format < 2) {  // next-seq: u64; next-qid: u32
+    if (bytes.size() == 8) return bare<std::uint64_t>(bytes);
+    if (bytes.size() == 4) return bare<std::uint32_t>(bytes);
+    return std::nullopt;
+  }
+  Reader r(bytes);
+  if (r.u8() != kMetaVersion) return std::nullopt;
+  std::uint64_t v = r.u64();
+  if (!r.done()) return std::nullopt;
+  return v;
+}
+
+std::string encode_format(std::uint32_t format) {
+  std::string s(4, '\0');
+  std::memcpy(s.data(), &format, 4);
+  return s;
+}
+
+std::optional<std::uint32_t> decode_format(std::string_view bytes) {
+  if (bytes.size() != 4) return std::nullopt;
+  return bare<std::uint32_t>(bytes);
 }
 
 std::string key_group_prefix(std::uint32_t qid, std::string_view group) {

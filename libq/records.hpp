@@ -13,7 +13,11 @@
 
 namespace q::store {
 
-constexpr std::uint32_t kFormatVersion = 1;
+// The file format this build writes. It reads format 1 too (files made by q
+// before dedup, done, group and meta values carried a checksum) and upgrades
+// such a file in place on its first write (lmdb_upgrade.cpp).
+constexpr std::uint32_t kFormatVersion = 2;
+constexpr std::uint32_t kOldestFormat = 1;
 
 std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
 
@@ -111,7 +115,9 @@ struct GroupRecord {
   std::uint64_t in_flight = 0;
 };
 std::string encode(const GroupRecord& record);
-std::optional<GroupRecord> decode_group(std::string_view bytes);
+// `format`: the file's format (format 1 had no version byte).
+std::optional<GroupRecord> decode_group(std::string_view bytes,
+                                        std::uint32_t format = kFormatVersion);
 // (qid, group length, group, seq): a group's messages in send order.
 std::string key_group_prefix(std::uint32_t qid, std::string_view group);
 // The attempt history of a message, key (seq) like its body: it follows the
@@ -132,5 +138,39 @@ std::optional<Pause> decode_pause(std::string_view bytes);
 
 std::string encode(const QueueRecord& record);
 std::optional<QueueRecord> decode_queue(std::string_view bytes);
+
+// A dedup id seen: the message it was sent as, and when it is forgotten.
+struct DedupRecord {
+  std::uint64_t seq = 0;
+  Millis expires = 0;
+};
+std::string encode(const DedupRecord& record);
+std::optional<DedupRecord> decode_dedup(std::string_view bytes,
+                                        std::uint32_t format = kFormatVersion);
+
+// An idempotency key whose work is done (`q work`): when it is forgotten.
+struct DoneRecord {
+  Millis expires = 0;
+};
+std::string encode(const DoneRecord& record);
+std::optional<DoneRecord> decode_done(std::string_view bytes,
+                                      std::uint32_t format = kFormatVersion);
+
+// A FIFO group's head offered for delivery (value of `heads`): the group's
+// name. Format 1 stored the bare name.
+std::string encode_head(std::string_view group);
+std::optional<std::string> decode_head(std::string_view bytes,
+                                       std::uint32_t format = kFormatVersion);
+
+// The numbers of the meta database (next-seq, next-qid). Format 1 stored a
+// bare u64 (next-seq) or u32 (next-qid); format 2 a checksummed u64 for both.
+std::string encode_meta_number(std::uint64_t value);
+std::optional<std::uint64_t> decode_meta_number(std::string_view bytes,
+                                                std::uint32_t format = kFormatVersion);
+
+// The `q-format` value: a bare little-endian u32 in every format, so that any
+// q, old or new, can read it and refuse a format it does not know by name.
+std::string encode_format(std::uint32_t format);
+std::optional<std::uint32_t> decode_format(std::string_view bytes);
 
 }  // namespace q::store

@@ -6,6 +6,7 @@
 
 #include "broker.hpp"
 #include "error.hpp"
+#include "rules.hpp"
 #include "input.hpp"
 #include "output.hpp"
 
