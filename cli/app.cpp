@@ -72,6 +72,19 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
   return q::open_lmdb_broker(options);
 }
 
+std::unique_ptr<q::Broker> Context::open_for_reading() const {
+  try {
+    return open();
+  } catch (const q::Error& e) {
+    if (e.kind() != q::ErrorKind::Permission) throw;
+  }
+  q::LmdbOptions options;
+  options.open.path = queue_file();
+  options.open.read_only = true;
+  report_crashes_as_damage(options.open.path);
+  return q::open_lmdb_broker(options);
+}
+
 bool write_stdout(const std::string& data) {
   if (q::files::write_all(STDOUT_FILENO, data)) return true;
   if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
@@ -185,6 +198,9 @@ int run(int argc, char** argv) {
   add_extend(app, ctx);
   add_nack(app, ctx);
   add_peek(app, ctx);
+  add_show(app, ctx);
+  add_pause(app, ctx);
+  add_resume(app, ctx);
   add_stats(app, ctx);
   add_list(app, ctx);
   add_dlq(app, ctx);

@@ -1,6 +1,8 @@
 // q ack QUEUE RECEIPT... (or receipts from stdin, one a line)
 #include <iostream>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
@@ -19,8 +21,16 @@ struct AckFlags {
 void run_ack(const AckFlags& f, Context& ctx) {
   std::vector<std::string> receipts = f.receipts;
   if (receipts.empty()) {
+    // A person at a terminal who forgot the receipt would wait for nothing.
+    if (isatty(STDIN_FILENO))
+      throw q::Error(q::ErrorKind::Usage,
+                     "ack: no receipts given: pass them as arguments or one a line on standard "
+                     "input (which is a terminal)");
     for (auto& line : split_records(read_stdin(), '\n'))
       if (!line.empty()) receipts.push_back(std::move(line));
+    if (receipts.empty())
+      throw q::Error(q::ErrorKind::Usage,
+                     "ack: no receipts given: standard input was empty");
   }
   auto results = ctx.open()->ack(f.queue, receipts);
   bool stale = false, malformed = false;

@@ -179,7 +179,7 @@ void run_check(const CheckFlags& f, Context& ctx) {
                                  q::format_duration(sample), q::format_duration(timeout)));
     arm_timeout(timeout);
 
-    auto broker = ctx.open();
+    auto broker = ctx.open_for_reading();
     RateMeter meter;
     queues = meter.sample(*broker, f.queue);
     if (min_rate) {
@@ -196,6 +196,14 @@ void run_check(const CheckFlags& f, Context& ctx) {
       v.judge(s.name + ": oldest message", age, max_age, short_duration(s.oldest_age), "s");
       v.judge(s.name + ": depth", static_cast<double>(r.backlog()), max_depth,
               std::to_string(r.backlog()), "");
+      // A paused queue delivers nothing: someone should know, not be woken.
+      if (s.pause) {
+        v.status = std::max(v.status, kWarning);
+        std::string until = s.pause->until ? "until " + q::format_time(s.pause->until)
+                                           : std::string("until 'q resume'");
+        v.warnings.push_back(fmt::format("{}: paused {}{}", s.name, until,
+                                         s.pause->reason.empty() ? "" : ": " + s.pause->reason));
+      }
       // A queue with nothing to do is not too slow.
       if (r.backlog() > 0)
         v.judge(s.name + ": drain rate", r.out_per_s, min_rate,

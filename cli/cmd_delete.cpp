@@ -1,24 +1,51 @@
-// q delete QUEUE: remove a queue with its messages and dead letters.
+// q delete QUEUE [--dry-run] [-y]: remove a queue with its messages and dead letters.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "confirm.hpp"
 #include "context.hpp"
+#include "output.hpp"
 
 namespace cli {
+namespace {
+
+struct DeleteFlags {
+  std::string queue;
+  DestructiveFlags destructive;
+};
+
+void run_delete(const DeleteFlags& f, Context& ctx) {
+  auto broker = ctx.open();
+  auto s = broker->stats(f.queue).at(0);
+  std::string counts = fmt::format("{}, {}", q::plural(s.visible + s.in_flight + s.delayed, "message"),
+                                   q::plural(s.dead, "dead letter"));
+  if (f.destructive.dry_run) {
+    ctx.out += fmt::format("would delete queue {} ({})\n", f.queue, counts);
+    return;
+  }
+  if (!confirmed(f.destructive, fmt::format("delete queue {} ({})?", f.queue, counts))) {
+    print_error(fmt::format("delete: queue {} was not deleted", f.queue));
+    ctx.exit = kEmpty;
+    return;
+  }
+  auto removed = broker->delete_queue(f.queue);
+  print_error(fmt::format("deleted queue {} ({}, {})", f.queue,
+                          q::plural(removed.messages, "message"),
+                          q::plural(removed.dead_letters, "dead letter")));
+}
+
+}  // namespace
 
 void add_delete(CLI::App& app, Context& ctx) {
-  auto queue = std::make_shared<std::string>();
+  auto f = std::make_shared<DeleteFlags>();
   if (!ctx.wants("delete")) return;
   auto* cmd = app.add_subcommand(
-      "delete", "Delete a queue with all its messages and dead letters. Does not prompt");
-  cmd->add_option("QUEUE", *queue, "Queue to delete")->required();
-  cmd->callback([queue, &ctx] {
-    auto removed = ctx.open()->delete_queue(*queue);
-    ctx.out += fmt::format("deleted queue {} ({}, {})\n", *queue,
-                           q::plural(removed.messages, "message"),
-                           q::plural(removed.dead_letters, "dead letter"));
-  });
+      "delete", "Delete a queue with all its messages and dead letters. Asks first on a "
+                "terminal; the counts go to stderr");
+  cmd->add_option("QUEUE", f->queue, "Queue to delete")->required();
+  add_destructive_flags(cmd, f->destructive);
+  cmd->callback([f, &ctx] { run_delete(*f, ctx); });
 }
 
 }  // namespace cli

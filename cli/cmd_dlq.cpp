@@ -8,7 +8,9 @@
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "confirm.hpp"
 #include "dead_filter.hpp"
+#include "dead_groups.hpp"
 #include "error.hpp"
 #include "input.hpp"
 #include "output.hpp"
@@ -22,33 +24,66 @@ struct DlqListFlags {
   std::string queue;
   std::size_t max = SIZE_MAX;
   bool json = false, by_reason = false;
+  std::optional<std::string> by;
   DeadFilterFlags filter;
+};
+
+struct Group {
+  std::uint64_t count = 0;
+  q::Millis first = INT64_MAX, last = INT64_MIN;  // dead_at
+  std::size_t order = 0;  // first seen, to break ties
 };
 
 void run_list(const DlqListFlags& f, Context& ctx) {
   DeadFilter filter(f.filter);
+  if (f.by_reason && f.by && *f.by != "reason")
+    throw q::Error(q::ErrorKind::Usage, "--by-reason and --by " + *f.by + ": choose one");
+  std::optional<GroupBy> by;
+  if (f.by) by = parse_group_by(*f.by);
+  else if (f.by_reason) by = GroupBy{};
   q::Millis now = ctx.clock().now();
   // One dead letter at a time: memory follows what is shown, not the queue.
   std::vector<q::Message> letters;
-  std::map<std::string, std::uint64_t> counts;
+  std::map<std::string, Group> groups;
   std::uint64_t matched = 0;
-  ctx.open()->each_dead_letter(f.queue, [&](const q::Message& m) {
+  ctx.open_for_reading()->each_dead_letter(f.queue, [&](const q::Message& m) {
     if (matched >= f.max) return false;
     if (!filter.matches(m, now)) return true;
-    if (f.by_reason) {
-      ++counts[m.reason];
+    if (by) {
+      auto& g = groups[group_key(m, *by)];
+      if (g.count++ == 0) g.order = groups.size();
+      g.first = std::min(g.first, m.dead_at.value_or(0));
+      g.last = std::max(g.last, m.dead_at.value_or(0));
     } else {
       letters.push_back(m);
     }
     return ++matched < f.max;
   });
-  if (f.by_reason) {
-    std::vector<std::pair<std::string, std::uint64_t>> sorted(counts.begin(), counts.end());
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const auto& a, const auto& b) { return a.second > b.second; });
-    for (const auto& [reason, count] : sorted)
-      ctx.out += f.json ? JsonObject().str("reason", reason).num("count", static_cast<long long>(count)).done() + "\n"
-                        : fmt::format("{:>7} x {}\n", count, text_escape(reason));
+  if (by) {
+    std::vector<std::pair<std::string, Group>> sorted(groups.begin(), groups.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return a.second.count != b.second.count ? a.second.count > b.second.count
+                                              : a.second.order < b.second.order;
+    });
+    const char* field = by->kind == GroupBy::Exit        ? "exit"
+                        : by->kind == GroupBy::Attribute ? "value"
+                                                         : "reason";
+    Table t;
+    t.row({"COUNT", "FIRST", "LAST", by->kind == GroupBy::Exit        ? "EXIT"
+                                     : by->kind == GroupBy::Attribute ? "ATTR " + by->attribute
+                                                                      : "REASON"});
+    for (const auto& [key, g] : sorted) {
+      if (f.json) {
+        JsonObject o;
+        o.str(field, key).num("count", static_cast<long long>(g.count));
+        if (by->kind == GroupBy::Attribute) o.str("attribute", by->attribute);
+        ctx.out += o.time("first_dead_at", g.first).time("last_dead_at", g.last).done() + "\n";
+      } else {
+        t.row({std::to_string(g.count), short_duration(now - g.first) + " ago",
+               short_duration(now - g.last) + " ago", text_escape(key, 100)});
+      }
+    }
+    if (!f.json && !sorted.empty()) ctx.out += t.render();
     return;
   }
   if (f.json) {
@@ -57,10 +92,10 @@ void run_list(const DlqListFlags& f, Context& ctx) {
   }
   if (letters.empty()) return;
   Table t;
-  t.row({"ID", "AGE", "RECEIVES", "REASON", "BODY"});
+  t.row({"ID", "AGE", "DEAD FOR", "RECEIVES", "REASON", "BODY"});
   for (const auto& m : letters)
-    t.row({m.id, short_duration(now - m.sent_at), std::to_string(m.receive_count),
-           text_escape(m.reason, 40), text_escape(m.body, 40)});
+    t.row({m.id, short_duration(now - m.sent_at), short_duration(now - m.dead_at.value_or(now)),
+           std::to_string(m.receive_count), text_escape(m.reason, 40), text_escape(m.body, 40)});
   ctx.out += t.render();
 }
 
@@ -80,7 +115,14 @@ void add_dlq(CLI::App& app, Context& ctx) {
       ->type_name("N")
       ->check(CLI::Range(std::size_t{1}, SIZE_MAX));
   list->add_flag("--json", f->json, "One JSON object a line with the whole record");
-  list->add_flag("--by-reason", f->by_reason, "Count the dead letters per reason, most first");
+  list->add_flag("--by-reason", f->by_reason,
+                 "Group the dead letters that failed the same way: count, first and last "
+                 "dead-lettered, per reason with numbers, ids and hex runs masked (same as "
+                 "--by reason)");
+  list->add_option("--by", f->by,
+                   "Group by reason, exit (q work's exit status) or attr:KEY (an attribute's "
+                   "value), most first")
+      ->type_name("WHAT");
   add_dead_filter_flags(list, f->filter);
   list->callback([f, &ctx] { run_list(*f, ctx); });
 
@@ -95,7 +137,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
   show->add_option("ID", show_flags->id, "Message id, as in 'q dlq list'")->required();
   show->add_flag("--json", show_flags->json, "The whole record as one JSON object");
   show->callback([show_flags, &ctx] {
-    auto m = ctx.open()->find_dead_letter(show_flags->queue, show_flags->id);
+    auto m = ctx.open_for_reading()->find_dead_letter(show_flags->queue, show_flags->id);
     if (!m)
       throw q::Error(q::ErrorKind::NotFound, fmt::format("queue {}: no dead letter {}",
                                                          show_flags->queue, show_flags->id));
@@ -105,6 +147,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
   struct DeleteFlags {
     std::string queue;
     std::vector<std::string> ids;
+    DestructiveFlags destructive;
   };
   auto delete_flags = std::make_shared<DeleteFlags>();
   auto* del = dlq->add_subcommand(
@@ -112,23 +155,71 @@ void add_dlq(CLI::App& app, Context& ctx) {
                 "Exit 66 if any id was not found");
   del->add_option("QUEUE", delete_flags->queue, "Queue of the dead letters")->required();
   del->add_option("ID", delete_flags->ids, "Message ids")->required();
+  add_destructive_flags(del, delete_flags->destructive);
   del->callback([delete_flags, &ctx] {
-    auto missing = ctx.open()->delete_dead_letters(delete_flags->queue, delete_flags->ids);
-    for (const auto& id : delete_flags->ids)
-      if (std::find(missing.begin(), missing.end(), id) == missing.end())
+    const auto& f = *delete_flags;
+    auto broker = ctx.open();
+    if (f.destructive.dry_run || !f.destructive.yes) {
+      // What is there to delete: for --dry-run and for the question.
+      std::vector<std::string> found;
+      for (const auto& id : f.ids)
+        if (std::find(found.begin(), found.end(), id) == found.end() &&
+            broker->find_dead_letter(f.queue, id))
+          found.push_back(id);
+      if (f.destructive.dry_run) {
+        for (const auto& id : found) ctx.out += fmt::format("would delete dead letter {}\n", id);
+        for (const auto& id : f.ids)
+          if (std::find(found.begin(), found.end(), id) == found.end()) {
+            print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
+            ctx.exit = kNoInput;
+          }
+        return;
+      }
+      if (!confirmed(f.destructive, fmt::format("delete {} of {}?",
+                                                q::plural(found.size(), "dead letter"), f.queue))) {
+        print_error(fmt::format("dlq delete: nothing was deleted from {}", f.queue));
+        ctx.exit = kEmpty;
+        return;
+      }
+    }
+    auto missing = broker->delete_dead_letters(f.queue, f.ids);
+    std::size_t deleted = 0;
+    for (const auto& id : f.ids)
+      if (std::find(missing.begin(), missing.end(), id) == missing.end()) {
         ctx.out += fmt::format("deleted dead letter {}\n", id);
+        ++deleted;
+      }
     for (const auto& id : missing)
-      print_error(fmt::format("queue {}: no dead letter {}", delete_flags->queue, id));
+      print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
+    print_error(fmt::format("deleted {} of {}", q::plural(deleted, "dead letter"), f.queue));
     if (!missing.empty()) ctx.exit = kNoInput;
   });
 
-  auto queue = std::make_shared<std::string>();
-  auto* purge = dlq->add_subcommand("purge", "Discard every dead letter of a queue. Does not "
-                                             "prompt");
-  purge->add_option("QUEUE", *queue, "Queue whose dead letters to discard")->required();
-  purge->callback([queue, &ctx] {
-    auto removed = ctx.open()->purge_dead_letters(*queue);
-    ctx.out += fmt::format("purged {} from {}\n", q::plural(removed, "dead letter"), *queue);
+  struct PurgeFlags {
+    std::string queue;
+    DestructiveFlags destructive;
+  };
+  auto purge_flags = std::make_shared<PurgeFlags>();
+  auto* purge = dlq->add_subcommand("purge", "Discard every dead letter of a queue. Asks first "
+                                             "on a terminal; the count goes to stderr");
+  purge->add_option("QUEUE", purge_flags->queue, "Queue whose dead letters to discard")->required();
+  add_destructive_flags(purge, purge_flags->destructive);
+  purge->callback([purge_flags, &ctx] {
+    const auto& f = *purge_flags;
+    auto broker = ctx.open();
+    auto dead = broker->stats(f.queue).at(0).dead;
+    if (f.destructive.dry_run) {
+      ctx.out += fmt::format("would purge {} from {}\n", q::plural(dead, "dead letter"), f.queue);
+      return;
+    }
+    if (!confirmed(f.destructive,
+                   fmt::format("purge {} from {}?", q::plural(dead, "dead letter"), f.queue))) {
+      print_error(fmt::format("dlq purge: nothing was purged from {}", f.queue));
+      ctx.exit = kEmpty;
+      return;
+    }
+    auto removed = broker->purge_dead_letters(f.queue);
+    print_error(fmt::format("purged {} from {}", q::plural(removed, "dead letter"), f.queue));
   });
 }
 

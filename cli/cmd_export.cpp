@@ -20,7 +20,7 @@ void add_export(CLI::App& app, Context& ctx) {
     // that of one message whatever the queue holds.
     struct ClosedOutput {};
     try {
-      ctx.open()->export_messages(*queue, [&](const q::Message& m) {
+      ctx.open_for_reading()->export_messages(*queue, [&](const q::Message& m) {
         ctx.out += message_json(m, true);
         if (ctx.out.size() < (1 << 16)) return;
         bool written = write_stdout(ctx.out);

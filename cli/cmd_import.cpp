@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <set>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -135,13 +136,17 @@ void each_line(std::size_t max_line,
 void add_import(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
   auto create = std::make_shared<bool>(false);
+  auto skip_existing = std::make_shared<bool>(false);
   if (!ctx.wants("import")) return;
   auto* cmd = app.add_subcommand(
       "import", "Read JSON lines as written by 'q export' from standard input into QUEUE, in "
                 "one transaction; ids are kept where free. Prints the ids, one a line");
   cmd->add_option("QUEUE", *queue, "Queue to import into")->required();
   cmd->add_flag("--create", *create, "Create the queue (standard, default settings) if missing");
-  cmd->callback([queue, create, &ctx] {
+  cmd->add_flag("--skip-existing", *skip_existing,
+                "Leave out a message whose id is already a live or dead message of QUEUE, so a "
+                "repeated import adds nothing (count on stderr)");
+  cmd->callback([queue, create, skip_existing, &ctx] {
     auto broker = ctx.open(*create);
     const std::size_t max_line = longest_line(*broker, *queue, *create);
     std::vector<q::Message> messages;
@@ -149,8 +154,18 @@ void add_import(CLI::App& app, Context& ctx) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) return;
       messages.push_back(parse_line(line, number));
     });
-    for (const auto& id : broker->import_messages(*queue, std::move(messages), *create))
-      ctx.out += id + "\n";
+    std::set<std::string> given;
+    for (const auto& m : messages) given.insert(m.id);
+    auto ids = broker->import_messages(*queue, std::move(messages), *create, *skip_existing);
+    for (const auto& id : ids) ctx.out += id + "\n";
+    if (*skip_existing) {
+      std::set<std::string> stored(ids.begin(), ids.end());
+      std::size_t skipped = 0;
+      for (const auto& id : given) skipped += !id.empty() && !stored.count(id);
+      if (skipped > 0)
+        print_error(fmt::format("import: skipped {} already in {}", q::plural(skipped, "message"),
+                                *queue));
+    }
   });
 }
 

@@ -13,7 +13,7 @@ void add_list(CLI::App& app, Context& ctx) {
   auto* cmd = app.add_subcommand("list", "List the queues of the file, one name a line");
   cmd->add_flag("--json", *json, "One {\"queue\":..} object a line");
   cmd->callback([json, &ctx] {
-    for (const auto& name : ctx.open()->list_queues())
+    for (const auto& name : ctx.open_for_reading()->list_queues())
       ctx.out += *json ? JsonObject().str("queue", name).done() + "\n" : name + "\n";
   });
 }

@@ -16,7 +16,7 @@ struct PeekFlags {
 };
 
 void run_peek(const PeekFlags& f, Context& ctx) {
-  for (const auto& m : ctx.open()->peek(f.queue, f.max)) {
+  for (const auto& m : ctx.open_for_reading()->peek(f.queue, f.max)) {
     if (f.json)
       ctx.out += message_json(m, true);
     else

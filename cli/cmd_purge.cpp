@@ -1,23 +1,52 @@
-// q purge QUEUE: remove every message (not the dead letters).
+// q purge QUEUE [--dry-run] [-y]: remove every message (not the dead letters).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "confirm.hpp"
 #include "context.hpp"
+#include "output.hpp"
 
 namespace cli {
+namespace {
+
+struct PurgeFlags {
+  std::string queue;
+  DestructiveFlags destructive;
+};
+
+void run_purge(const PurgeFlags& f, Context& ctx) {
+  auto broker = ctx.open();
+  auto s = broker->stats(f.queue).at(0);
+  std::uint64_t n = s.visible + s.in_flight + s.delayed;
+  if (f.destructive.dry_run) {
+    ctx.out += fmt::format("would purge {} from {} (visible {}, in flight {}, delayed {}; {} "
+                           "stay)\n",
+                           q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
+                           q::plural(s.dead, "dead letter"));
+    return;
+  }
+  if (!confirmed(f.destructive,
+                 fmt::format("purge {} from {} (dead letters stay)?", q::plural(n, "message"), f.queue))) {
+    print_error(fmt::format("purge: nothing was purged from {}", f.queue));
+    ctx.exit = kEmpty;
+    return;
+  }
+  auto removed = broker->purge(f.queue);
+  print_error(fmt::format("purged {} from {}", q::plural(removed, "message"), f.queue));
+}
+
+}  // namespace
 
 void add_purge(CLI::App& app, Context& ctx) {
-  auto queue = std::make_shared<std::string>();
+  auto f = std::make_shared<PurgeFlags>();
   if (!ctx.wants("purge")) return;
   auto* cmd = app.add_subcommand(
       "purge", "Remove every message of a queue, visible, in flight or delayed (dead letters "
-               "stay; see 'q dlq purge'). Does not prompt");
-  cmd->add_option("QUEUE", *queue, "Queue to empty")->required();
-  cmd->callback([queue, &ctx] {
-    auto removed = ctx.open()->purge(*queue);
-    ctx.out += fmt::format("purged {} from {}\n", q::plural(removed, "message"), *queue);
-  });
+               "stay; see 'q dlq purge'). Asks first on a terminal; the count goes to stderr");
+  cmd->add_option("QUEUE", f->queue, "Queue to empty")->required();
+  add_destructive_flags(cmd, f->destructive);
+  cmd->callback([f, &ctx] { run_purge(*f, ctx); });
 }
 
 }  // namespace cli

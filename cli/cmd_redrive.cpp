@@ -37,8 +37,20 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
   options.to = f.to;
   auto print = [&](const std::vector<q::Message>& moved) {
     std::string out;
-    for (const auto& m : moved) out += f.json ? message_json(m, false) : m.id + "\n";
+    for (const auto& m : moved)
+      out += f.json ? message_json(m, false) : (f.dry_run ? "would redrive " : "") + m.id + "\n";
     return out;
+  };
+  // Like grep: nothing matched is exit 1, said on stderr.
+  auto none = [&] {
+    print_error(fmt::format("redrive: no dead letters of {} {}; nothing was redriven", f.queue,
+                            filter.active() || !f.ids.empty() ? "matched" : "to move"));
+    ctx.exit = kEmpty;
+  };
+  auto summary = [&](std::size_t n) {
+    print_error(fmt::format("{} {} of {}{}", f.dry_run ? "would redrive" : "redrove",
+                            q::plural(n, "dead letter"), f.queue,
+                            f.to.empty() || f.to == f.queue ? "" : " to " + f.to));
   };
 
   if (filter.active()) {
@@ -51,12 +63,15 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
       if (filter.matches(m, now)) chosen.push_back(m.id);
       return true;
     });
-    if (chosen.empty()) return;
+    if (chosen.empty()) return none();
     options.ids = chosen;
     options.max.reset();
   }
   if (rate <= 0 || f.dry_run) {
-    ctx.out += print(broker->redrive(f.queue, options));
+    auto moved = broker->redrive(f.queue, options);
+    if (moved.empty()) return none();
+    ctx.out += print(moved);
+    summary(moved.size());
     return;
   }
   // Trickle: a small batch every tenth of a second, printed as it goes, so a
@@ -69,6 +84,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
     });
     options.max.reset();
   }
+  if (options.ids.empty()) return none();
   const std::size_t per_tick = std::max<std::size_t>(1, static_cast<std::size_t>(rate / 10));
   const auto tick = std::chrono::microseconds(static_cast<long long>(1e6 * per_tick / rate));
   auto next = std::chrono::steady_clock::now();

@@ -54,7 +54,29 @@ std::string stats_json(const q::QueueStats& s) {
   if (s.config.fifo)
     o.num("groups", static_cast<long long>(s.groups))
         .num("held_groups", static_cast<long long>(s.held_groups));
+  o.boolean("paused", s.pause.has_value());
+  if (s.pause) {
+    o.time("paused_since", s.pause->since);
+    if (s.pause->until)
+      o.time("paused_until", s.pause->until);
+    else
+      o.null("paused_until");
+    o.str("pause_reason", s.pause->reason);
+  }
   return o.done() + "\n";
+}
+
+// "jobs: paused until 2026-...Z (for 4m12s more): smtp down" for stats and check.
+std::string pause_line(const q::QueueStats& s) {
+  const auto& p = *s.pause;
+  std::string line = s.name + ": paused";
+  if (p.until)
+    line += fmt::format(" until {} ({} more)", q::format_time(p.until),
+                        short_duration(std::max<q::Millis>(0, p.until - q::SystemClock().now())));
+  else
+    line += " until 'q resume'";
+  if (!p.reason.empty()) line += ": " + text_escape(p.reason);
+  return line;
 }
 
 std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
@@ -65,6 +87,8 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
            std::to_string(s.delayed), std::to_string(s.dead), short_duration(s.oldest_age),
            std::to_string(s.counters.sent), std::to_string(s.counters.acked)});
   std::string out = t.render();
+  for (const auto& s : all)
+    if (s.pause) out += pause_line(s) + "\n";
   if (all.size() != 1 || !one_queue) return out;
   const auto& s = all.front();
   if (s.config.fifo)
@@ -76,6 +100,20 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
       "expired {}, deduplicated {}\n",
       c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
       c.deduplicated);
+  return out;
+}
+
+// A label value: backslash, double quote and newline escaped as the text
+// format wants; other control characters would be taken literally, so they go.
+std::string prometheus_label(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else if (c < 0x20 || c == 0x7F) out += ' ';
+    else out += static_cast<char>(c);
+  }
   return out;
 }
 
@@ -132,6 +170,19 @@ std::string prometheus(const std::vector<q::QueueStats>& all, const std::string&
     for (const auto& s : all)
       out += fmt::format("{}{{{}}} {}\n", c.name, labels(s), s.counters.*c.field);
   }
+  family("q_paused", "gauge", "1 while the queue is paused (q pause): it delivers nothing.");
+  for (const auto& s : all)
+    out += fmt::format("q_paused{{queue=\"{}\"}} {}\n", s.name, s.pause ? 1 : 0);
+  family("q_paused_until_seconds", "gauge",
+         "When the pause ends, Unix time; 0 when not paused or paused until 'q resume'.");
+  for (const auto& s : all)
+    out += fmt::format("q_paused_until_seconds{{queue=\"{}\"}} {:.3f}\n", s.name,
+                       s.pause ? static_cast<double>(s.pause->until) / 1000.0 : 0.0);
+  family("q_pause_info", "gauge", "The reason of a pause in force, as a label (value 1).");
+  for (const auto& s : all)
+    if (s.pause)
+      out += fmt::format("q_pause_info{{queue=\"{}\",reason=\"{}\"}} 1\n", s.name,
+                         prometheus_label(s.pause->reason));
   bool any_fifo = false;
   for (const auto& s : all) any_fifo |= s.config.fifo;
   if (any_fifo) {
@@ -166,7 +217,7 @@ void write_atomically(const std::string& path, const std::string& data) {
 // One line per queue per interval, for logs.
 void watch(const StatsFlags& f, Context& ctx, q::Millis interval) {
   install_stop_signals({SIGINT, SIGTERM});
-  auto broker = ctx.open();
+  auto broker = ctx.open_for_reading();
   RateMeter meter;
   meter.sample(*broker, f.queue);
   while (!stop_signals()) {
@@ -179,9 +230,10 @@ void watch(const StatsFlags& f, Context& ctx, q::Millis interval) {
       auto empty = r.time_to_empty();
       lines += fmt::format(
           "{} {} visible={} in_flight={} delayed={} dead={} oldest={} in={:.1f}/s out={:.1f}/s "
-          "empty_in={}\n",
+          "empty_in={}{}\n",
           at, s.name, s.visible, s.in_flight, s.delayed, s.dead, short_duration(s.oldest_age),
-          r.in_per_s, r.out_per_s, empty ? short_duration(empty) : "never");
+          r.in_per_s, r.out_per_s, empty ? short_duration(empty) : "never",
+          s.pause ? " paused" : "");
     }
     if (!write_stdout(lines)) {
       ctx.exit = kIoErr;
@@ -198,7 +250,7 @@ void run_stats(const StatsFlags& f, Context& ctx) {
     watch(f, ctx, interval);
     return;
   }
-  auto all = ctx.open()->stats(f.queue);
+  auto all = ctx.open_for_reading()->stats(f.queue);
   if (f.prometheus) {
     if (f.output)
       write_atomically(*f.output, prometheus(all, ctx.queue_file()));

@@ -143,7 +143,7 @@ void run_top(const TopFlags& f, Context& ctx) {
   // file, /dev/null, a closed descriptor that the queue file may now reuse) is
   // not a keyboard. Ctrl-C and SIGTERM still quit.
   bool keys = isatty(STDIN_FILENO) == 1;
-  auto broker = ctx.open();
+  auto broker = ctx.open_for_reading();
   std::string file = text_escape(ctx.queue_file());
 
   install_stop_signals({SIGINT, SIGTERM, SIGHUP});
@@ -184,9 +184,21 @@ void run_top(const TopFlags& f, Context& ctx) {
                            r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, spark),
                            short_duration(s.oldest_age),
                            // An idle empty queue has nothing to empty: "-".
-                           !r.measured || r.backlog() == 0 ? "-"
+                           s.pause                        ? "paused"
+                           : !r.measured || r.backlog() == 0 ? "-"
                            : empty                        ? short_duration(empty)
                                                           : "never");
+      ++line;
+    }
+    // Pauses, with their end and reason, below the table.
+    for (const auto& r : queues) {
+      const auto& s = r.stats;
+      if (!s.pause || line >= rows) continue;
+      std::string until = s.pause->until ? "until " + q::format_time(s.pause->until)
+                                         : std::string("until 'q resume'");
+      std::string text = fmt::format("{} paused {}{}", s.name, until,
+                                     s.pause->reason.empty() ? "" : ": " + text_escape(s.pause->reason));
+      frame += red(fit(text, static_cast<std::size_t>(cols))) + "\r\n";
       ++line;
     }
     if (queues.empty()) frame += "(no queues yet: q create QUEUE)\r\n";

@@ -14,7 +14,7 @@ void add_verify(CLI::App& app, Context& ctx) {
                 "record's checksum, every index entry, the counters. Exit 0 only when all is "
                 "consistent, else 74 with one line per problem");
   cmd->callback([&ctx] {
-    auto problems = ctx.open()->verify();
+    auto problems = ctx.open_for_reading()->verify();
     for (const auto& p : problems) ctx.out += p + "\n";
     if (problems.empty())
       ctx.out += fmt::format("{}: consistent\n", ctx.queue_file());

@@ -18,7 +18,7 @@ struct WorkFlags {
   std::vector<std::string> command;
   unsigned concurrency = 1;
   std::string backoff_base = "1s", backoff_cap = "15m", grace = "30s", kill_after = "5s";
-  std::optional<std::string> timeout, visibility_timeout, rate, idempotency_window;
+  std::optional<std::string> timeout, visibility_timeout, rate, idempotency_window, trip;
   std::string idempotency_key;
   std::optional<std::uint64_t> max_messages;
   bool exit_when_empty = false, quiet = false;
@@ -51,6 +51,24 @@ void validate(const WorkOptions& o) {
     throw bad_flag("--max-messages 0: must be at least 1");
 }
 
+// --trip N/DUR: N failures within DUR.
+WorkOptions::Trip trip_flag(const std::string& text) {
+  auto slash = text.find('/');
+  auto bad = [&](const std::string& why) {
+    return bad_flag(fmt::format("--trip '{}': {} (like 5/1m: 5 failures within a minute)", text, why));
+  };
+  if (slash == std::string::npos) throw bad("expected N/DUR");
+  std::string count = text.substr(0, slash);
+  if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("N must be a whole number from 1 to 999999");
+  WorkOptions::Trip trip;
+  trip.failures = std::stoull(count);
+  if (trip.failures == 0) throw bad("N must be at least 1");
+  trip.within = duration_flag("--trip", text.substr(slash + 1));
+  if (trip.within <= 0) throw bad("DUR must be above 0");
+  return trip;
+}
+
 void run_work(const WorkFlags& f, Context& ctx) {
   WorkOptions o;
   o.queue = f.queue;
@@ -76,6 +94,7 @@ void run_work(const WorkFlags& f, Context& ctx) {
   o.to_group = f.to_group;
   if (o.to.empty() && (o.to_lines || o.to_max_bytes || !o.to_attributes.empty() || o.to_group))
     throw bad_flag("--to-lines, --to-max-bytes, --to-attr and --to-group need --to DST");
+  if (f.trip) o.trip = trip_flag(*f.trip);
   validate(o);
   auto broker = ctx.open();
   ctx.exit = run_worker(*broker, ctx.clock(), o);
@@ -131,6 +150,10 @@ void add_work(CLI::App& app, Context& ctx) {
                 "Exit once nothing is visible and nothing runs (for cron)");
   cmd->add_option("-n,--max-messages", f->max_messages, "Exit after taking N messages")
       ->type_name("N");
+  cmd->add_option("--trip", f->trip,
+                  "Circuit breaker: after N failures within DUR, pause the queue (with the "
+                  "reason) and stop as on SIGTERM; exit 75")
+      ->type_name("N/DUR");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
   cmd->add_option("--to", f->to,
                   "A stage: the stdout of each successful run becomes messages on DST, sent in "

@@ -50,6 +50,10 @@ struct Context {
   std::string queue_file() const;
   // Opens the queue file; `create` makes it (and its directories) when missing.
   std::unique_ptr<q::Broker> open(bool create = false) const;
+  // For commands that only read (stats, check, peek, show, top, export, dlq
+  // list/show, verify, list): a user without write permission on the queue
+  // file gets it read-only (see q::store::OpenOptions::read_only).
+  std::unique_ptr<q::Broker> open_for_reading() const;
 
  private:
   q::SystemClock system_clock_;

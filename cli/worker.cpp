@@ -131,12 +131,14 @@ class Worker {
     work::close_on_exec_everything();
     watch_ = broker_.watch();
     started_at_ = work::steady_now();
+    register_command();
     for (;;) {
       Millis now = work::steady_now();
       handle_signals(now);
       if (stop_now_) break;
       reap_children();
       settle_exited();
+      pause_if_tripped();
       beat_and_time_out(now);
       if (stopping_ && busy() == 0) break;
       if (stopping_ && now >= stop_deadline_) stop_unfinished(now);
@@ -147,14 +149,78 @@ class Worker {
       draw_progress(now, false);
       wait_for_events(now);
     }
+    if (tripped_ && !trip_paused_) broker_.pause(o_.queue, 0, trip_reason_);
     progress_.finish(counts_, work::steady_now() - started_at_);
+    unregister_command();
     // Stopped by a signal: a clean stop, whatever failed before it (a service
     // manager must not count it as a failure). Otherwise say if anything failed.
+    if (tripped_) return kTripped;
     if (stopped_by_signal_) return 0;
     return counts_.failed + counts_.dead_lettered > 0 ? kSomeFailed : 0;
   }
 
  private:
+  // --trip: N failures within DUR pause the queue (a downstream is down:
+  // retrying every message only moves them all towards the dead-letter queue)
+  // and stop this runner as SIGTERM would; an operator resumes the queue.
+  void count_failure(const std::string& what) {
+    if (!o_.trip || tripped_) return;
+    Millis now = work::steady_now();
+    recent_failures_.push_back(now);
+    while (!recent_failures_.empty() && recent_failures_.front() <= now - o_.trip->within)
+      recent_failures_.pop_front();
+    if (recent_failures_.size() < o_.trip->failures) return;
+    std::string reason = fmt::format("q work --trip {}/{}: {} within {} (last: {})",
+                                     o_.trip->failures, q::format_duration(o_.trip->within),
+                                     q::plural(recent_failures_.size(), "failure"),
+                                     q::format_duration(o_.trip->within), what);
+    // Paused by the main loop (pause_if_tripped): this runs inside an
+    // operation that a busy writer lock would repeat.
+    trip_reason_ = reason;
+    tripped_ = true;
+    if (!stopping_) {
+      stopping_ = true;
+      stop_deadline_ = now + o_.grace;
+    }
+  }
+
+  void pause_if_tripped() {
+    if (!tripped_ || trip_paused_) return;
+    if (!with_lock([&] { broker_.pause(o_.queue, 0, trip_reason_); })) return;
+    trip_paused_ = true;
+    progress_.note(fmt::format("queue {}: paused ({}); resume it with 'q resume {}'", o_.queue,
+                     trip_reason_, o_.queue));
+  }
+
+  // The command line goes into the file once, for `q show` (its attempt history
+  // names each delivery's pid and start time, not the command).
+  void register_command() {
+    std::string line;
+    for (const auto& arg : o_.command) {
+      if (!line.empty()) line.push_back(' ');
+      bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos;
+      if (plain) {
+        line += arg;
+        continue;
+      }
+      line.push_back('\'');
+      for (char c : arg) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      line.push_back('\'');
+    }
+    Millis since = clock_.now();
+    if (with_lock([&] { broker_.register_worker(static_cast<std::uint32_t>(::getpid()), since, line); }))
+      registered_since_ = since;
+  }
+
+  void unregister_command() {
+    if (registered_since_ == 0) return;
+    try {
+      broker_.unregister_worker(static_cast<std::uint32_t>(::getpid()), registered_since_);
+    } catch (const q::Error&) {
+      // A stale entry is dropped by the next q work that registers.
+    }
+  }
+
   // Commands running, and commands ended whose outcome is not yet recorded.
   std::size_t busy() const { return jobs_.size() + exited_.size(); }
 
@@ -212,6 +278,8 @@ class Worker {
     // Held by this process: if it dies, its messages go to another worker at once.
     static const auto self = q::find_holder(static_cast<std::uint32_t>(::getpid()));
     options.holder = self;
+    options.holder_pid = static_cast<std::uint32_t>(::getpid());
+    options.worker_since = registered_since_;
     std::vector<q::Message> messages;
     if (!with_lock([&] { messages = broker_.receive(o_.queue, options); })) return false;
     for (auto& m : messages) {
@@ -289,7 +357,7 @@ class Worker {
   }
 
   void read_stderr(Job& job) {
-    work::pump_stderr(job.child.stderr_fd, job.ending.stderr_tail, [this] { progress_.clear(); });
+    work::pump_stderr(job.child.stderr_fd, job.ending.stderr_tail, job.ending.stderr_head, [this] { progress_.clear(); });
   }
 
   // Moves every command that has ended to exited_, to be settled.
@@ -375,6 +443,8 @@ class Worker {
         return;
       count(settled.tally);
       if (!settled.note.empty()) progress_.note(settled.note);
+      if (settled.tally == work::Tally::Failed || settled.tally == work::Tally::DeadLettered)
+        count_failure(work::judge(job.ending, policy_->options()).what);
       exited_.pop_front();
     }
   }
@@ -507,6 +577,10 @@ class Worker {
   std::uint64_t taken_ = 0;
   work::Counts counts_;
   Millis started_at_ = 0;
+  Millis registered_since_ = 0;  // registry key with our pid; 0: not registered
+  bool tripped_ = false, trip_paused_ = false;
+  std::string trip_reason_;
+  std::deque<Millis> recent_failures_;
 };
 
 }  // namespace

@@ -37,6 +37,12 @@ struct WorkOptions {
   std::optional<std::uint64_t> to_max_bytes;  // default: DST's max message size
   q::Attributes to_attributes;
   std::optional<std::string> to_group;
+  // --trip N/DUR: after N failures within DUR, pause the queue and stop.
+  struct Trip {
+    std::uint64_t failures = 0;
+    q::Millis within = 0;
+  };
+  std::optional<Trip> trip;
 };
 
 // The least --visibility-timeout: the heartbeat extends a lease every third
@@ -48,6 +54,9 @@ constexpr q::Millis kMinWorkVisibility = 1 * q::kSecond;
 // Exit status of `q work` when it ran and at least one message failed (was
 // released for a retry or dead-lettered).
 constexpr int kSomeFailed = 4;
+
+// Exit status of `q work --trip` when it paused the queue (EX_TEMPFAIL).
+constexpr int kTripped = 75;
 
 // Runs until stopped (time from `clock`, the broker's) (signal, --exit-when-empty, --max-messages); returns the
 // exit status. Throws q::Error for errors of the queue itself.

@@ -246,7 +246,8 @@ Child spawn(const std::string& program, const std::vector<std::string>& args,
   return child;
 }
 
-void pump_stderr(int& fd, std::string& tail, const std::function<void()>& before_write) {
+void pump_stderr(int& fd, std::string& tail, std::string& head,
+                 const std::function<void()>& before_write) {
   char buf[4096];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -261,6 +262,8 @@ void pump_stderr(int& fd, std::string& tail, const std::function<void()>& before
     before_write();
     [[maybe_unused]] auto w = ::write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
     tail.append(buf, static_cast<std::size_t>(n));
+    if (head.size() < 1024)
+      head.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), 1024 - head.size()));
     // Kept by whole characters: the reason is stored, exported and imported as text.
     if (tail.size() > 4096) tail = std::string(q::utf8_suffix(tail, 2048));
   }

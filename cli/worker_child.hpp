@@ -52,7 +52,10 @@ Child spawn(const std::string& program, const std::vector<std::string>& args,
 // Copies what the command wrote to stderr (readable now) to q work's stderr
 // after calling `before_write`, keeping the tail in `tail`; closes `fd` and
 // sets it to -1 at the end of the stream.
-void pump_stderr(int& fd, std::string& tail, const std::function<void()>& before_write);
+// `head` keeps the first KiB (its first line names how a run failed, for
+// grouping dead letters), `tail` the end.
+void pump_stderr(int& fd, std::string& tail, std::string& head,
+                 const std::function<void()>& before_write);
 
 // --to: a memory file for a command's stdout, its size, and its content.
 int output_file();

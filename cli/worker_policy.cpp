@@ -77,6 +77,19 @@ Judgement judge(const Ending& e, const PolicyOptions& o) {
   return j;
 }
 
+q::RunReport run_report(const Ending& e) {
+  q::RunReport run;
+  if (e.exec_errno == 0 && WIFEXITED(e.status)) run.exit_status = WEXITSTATUS(e.status);
+  if (e.exec_errno == 0 && WIFSIGNALED(e.status)) run.exit_status = 128 + WTERMSIG(e.status);
+  std::string_view head(e.stderr_head);
+  while (!head.empty() && (head.front() == '\n' || head.front() == '\r')) head.remove_prefix(1);
+  std::string_view first = head.substr(0, head.find('\n'));
+  if (!first.empty() && first.back() == '\r') first.remove_suffix(1);
+  run.first_line = std::string(q::utf8_prefix(first, 1000));
+  run.stderr_tail = stderr_lines(e.stderr_tail);
+  return run;
+}
+
 OutcomePolicy::OutcomePolicy(q::Broker& broker, const q::Clock& clock, PolicyOptions options)
     : broker_(broker), clock_(clock), o_(std::move(options)) {}
 
@@ -112,6 +125,7 @@ std::vector<std::string> OutcomePolicy::ack_all(const std::vector<std::string>& 
 
 Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const Ending& ending) {
   const Judgement j = judge(ending, o_);
+  const q::RunReport run = run_report(ending);
   try {
     switch (j.verdict) {
       case Verdict::ReleaseAtStop: {
@@ -119,6 +133,7 @@ Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const
         // overlap this one.
         q::NackOptions nack;
         nack.reason = j.what;
+        nack.run = run;
         broker_.nack(o_.queue, m.receipt, nack);
         return {Tally::Released, {}};
       }
@@ -131,10 +146,10 @@ Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const
                 outcome == q::ReceiptOutcome::Done ? std::string() : lease_lost_note(m.receipt)};
       }
       case Verdict::DeadLetter:
-        broker_.dead_letter(o_.queue, m.receipt, j.reason);
+        broker_.dead_letter(o_.queue, m.receipt, j.reason, run);
         return {Tally::DeadLettered, fmt::format("message {}: dead-lettered ({})", m.id, j.what)};
       case Verdict::Retry:
-        return retry(m, j.what, j.reason);
+        return retry(m, j.what, j.reason, run);
     }
   } catch (const q::Error& e) {
     if (e.kind() != q::ErrorKind::Stale) throw;
@@ -156,7 +171,7 @@ Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
     if (e.kind() == q::ErrorKind::Busy || e.kind() == q::ErrorKind::Io) throw;
     // DST refused the output (full, too large, deleted): a failed run.
     std::string why = fmt::format("output not sent to {}: {}", o_.stage.to, e.what());
-    return retry(m, why, why);
+    return retry(m, why, why, run_report(ending));
   }
   if (result.outcome != q::ReceiptOutcome::Done)
     return {Tally::Failed,
@@ -167,12 +182,13 @@ Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
 }
 
 Settled OutcomePolicy::retry(const q::Message& m, const std::string& what,
-                             const std::string& reason) {
+                             const std::string& reason, const q::RunReport& run) {
   q::NackOptions nack;
   nack.backoff = true;
   nack.backoff_base = o_.backoff_base;
   nack.backoff_cap = o_.backoff_cap;
   nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
+  nack.run = run;
   q::Millis at = broker_.nack(o_.queue, m.receipt, nack);
   return {Tally::Failed,
           fmt::format("message {}: failed ({}), retry in {}", m.id, what,

@@ -19,6 +19,7 @@ struct Ending {
   bool stopped = false;     // SIGTERMed by q work's own stop, after --grace
   int exec_errno = 0;       // the command could not be run at all
   std::string stderr_tail;  // the end of what it wrote to stderr
+  std::string stderr_head;  // the start of it (its first line groups dead letters)
   // --to: what it wrote to stdout, unless that was over --to-max-bytes.
   std::string output;
   bool output_over_limit = false;
@@ -63,6 +64,11 @@ struct PolicyOptions {
 
 Judgement judge(const Ending& ending, const PolicyOptions& options);
 
+// For the attempt history (`q show`): the exit status (128+N for signal N) and
+// the first line of stderr apart from its tail, so that dead letters group by
+// how they failed (`q dlq list --by-reason`), not by each run's details.
+q::RunReport run_report(const Ending& ending);
+
 // What recording an outcome counted.
 enum class Tally { Done, Failed, DeadLettered, Released, Skipped, None };
 
@@ -96,7 +102,8 @@ class OutcomePolicy {
 
  private:
   Settled pass_on(const q::Message& message, const Ending& ending);
-  Settled retry(const q::Message& message, const std::string& what, const std::string& reason);
+  Settled retry(const q::Message& message, const std::string& what, const std::string& reason,
+                const q::RunReport& run);
 
   q::Broker& broker_;
   const q::Clock& clock_;

@@ -52,6 +52,17 @@ const char* to_string(MessageState state) {
   return "unknown";
 }
 
+const char* to_string(AttemptEnd end) {
+  switch (end) {
+    case AttemptEnd::Open: return "open";
+    case AttemptEnd::Released: return "released";
+    case AttemptEnd::TimedOut: return "timed_out";
+    case AttemptEnd::HeartbeatLost: return "heartbeat_lost";
+    case AttemptEnd::DeadLettered: return "dead_lettered";
+  }
+  return "unknown";
+}
+
 Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, double unit) {
   if (base <= 0 || cap <= 0) return 0;
   std::uint32_t exponent = receive_count == 0 ? 0 : std::min<std::uint32_t>(receive_count - 1, 40);
@@ -116,10 +127,37 @@ Millis Broker::nack(const std::string& queue, const std::string& receipt,
 }
 
 void Broker::dead_letter(const std::string& queue, const std::string& receipt,
-                         const std::string& reason) {
+                         const std::string& reason, const RunReport& run) {
   check_queue_name(queue);
   check_receipt(receipt);
-  do_dead_letter(queue, receipt, reason);
+  do_dead_letter(queue, receipt, reason, run);
+}
+
+void Broker::pause(const std::string& queue, Millis until, const std::string& reason) {
+  check_queue_name(queue);
+  if (reason.size() > kMaxReason)
+    throw Error(ErrorKind::InvalidData, fmt::format("--reason: {} bytes, at most {} are kept",
+                                                    reason.size(), kMaxReason));
+  do_pause(queue, until, reason);
+}
+
+std::optional<Pause> Broker::resume(const std::string& queue) {
+  check_queue_name(queue);
+  return do_resume(queue);
+}
+
+std::optional<Message> Broker::show(const std::string& queue, const std::string& id) {
+  check_queue_name(queue);
+  parse_id(id);
+  return do_show(queue, id);
+}
+
+void Broker::register_worker(std::uint32_t pid, Millis since, const std::string& command) {
+  do_register_worker(pid, since, command);
+}
+
+void Broker::unregister_worker(std::uint32_t pid, Millis since) {
+  do_unregister_worker(pid, since);
 }
 
 AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& receipt,
@@ -214,9 +252,9 @@ void Broker::export_messages(const std::string& queue,
 
 std::vector<std::string> Broker::import_messages(const std::string& queue,
                                                  std::vector<Message> messages,
-                                                 bool create_queue) {
+                                                 bool create_queue, bool skip_existing) {
   check_queue_name(queue);
-  return do_import_messages(queue, std::move(messages), create_queue);
+  return do_import_messages(queue, std::move(messages), create_queue, skip_existing);
 }
 
 void Broker::backup(const std::string& path) { do_backup(path); }

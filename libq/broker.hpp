@@ -87,6 +87,13 @@ struct QueueCounters {
   std::uint64_t deduplicated = 0;
 };
 
+// A paused queue delivers nothing (receive finds nothing) and accepts sends.
+struct Pause {
+  Millis since = 0;
+  Millis until = 0;  // 0: until resumed
+  std::string reason;
+};
+
 struct QueueStats {
   std::string name;
   QueueConfig config;
@@ -101,6 +108,7 @@ struct QueueStats {
   std::uint64_t groups = 0;
   std::uint64_t held_groups = 0;
   QueueCounters counters;
+  std::optional<Pause> pause;  // while paused
 };
 
 using Attributes = std::vector<std::pair<std::string, std::string>>;
@@ -126,6 +134,40 @@ struct SendResult {
 enum class MessageState { Visible, InFlight, Delayed, Dead };
 const char* to_string(MessageState state);
 
+// The last kMaxAttempts deliveries of a message are kept with it (`q show`).
+constexpr std::size_t kMaxAttempts = 8;
+constexpr std::size_t kMaxStderrTail = 1024;  // bytes of a command's stderr kept per attempt
+
+// How a delivery ended. Open: still in flight (or its lease ran out and no
+// receive has seen it since).
+enum class AttemptEnd : std::uint8_t {
+  Open = 0,
+  Released = 1,       // nack (or q work: the command failed)
+  TimedOut = 2,       // the lease ran out; the next receive noticed
+  HeartbeatLost = 3,  // the lease of a q work delivery ran out: its heartbeat stopped
+  DeadLettered = 4,   // dead-lettered at once (q work: exit 65)
+};
+const char* to_string(AttemptEnd end);
+
+// What a consumer that ran a command reports about the run (q work).
+struct RunReport {
+  std::optional<int> exit_status;  // 128+N for death by signal N; none: did not exit normally
+  std::string first_line;          // the first line of its stderr (grouping key)
+  std::string stderr_tail;         // the last lines of its stderr
+};
+
+struct Attempt {
+  std::uint32_t receive = 0;  // which delivery: the receive count it had
+  Millis received_at = 0;
+  std::uint32_t pid = 0;      // the receiving process
+  Millis worker_since = 0;    // q work: when that q work started; 0: not q work
+  std::string command;        // q work's command line, when its registry entry remains
+  AttemptEnd end = AttemptEnd::Open;
+  Millis ended_at = 0;
+  std::string reason;  // the nack or dead-letter reason
+  RunReport run;
+};
+
 struct Message {
   std::string id;
   std::string receipt;  // only on a delivery
@@ -141,6 +183,8 @@ struct Message {
   std::string reason;  // the last nack reason, or why it was dead-lettered
   std::string dedup_id;
   std::string group;  // FIFO queues
+  // Filled by Broker::show and each_dead_letter: the last deliveries, oldest first.
+  std::vector<Attempt> attempts;
 };
 
 // A process named as the holder of the leases it takes (issue 14): once it is
@@ -168,6 +212,10 @@ struct ReceiveOptions {
   // The messages received are held by this process (none: held by nobody,
   // released only by their timeout, ack or nack).
   std::optional<Holder> holder;
+  // Who receives, for the attempt history: 0 means this process. A q work
+  // passes its start time too (its registry key with the pid).
+  std::uint32_t holder_pid = 0;
+  Millis worker_since = 0;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };
@@ -190,6 +238,7 @@ struct NackOptions {
   Millis backoff_base = 1 * kSecond;
   Millis backoff_cap = 15 * kMinute;
   std::string reason;
+  RunReport run;  // q work: the command's exit status and stderr, for the attempt history
 };
 
 struct RedriveOptions {
@@ -235,7 +284,8 @@ class Broker {
   Millis extend(const std::string& queue, const std::string& receipt, Millis by);
   Millis nack(const std::string& queue, const std::string& receipt, const NackOptions& options);
   // Moves the delivered message to the dead-letter queue at once.
-  void dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason);
+  void dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason,
+                   const RunReport& run = {});
   // One stage of a pipeline: acks the delivered message of `queue` and sends
   // `messages` to the queue `to`, in one transaction. A stale or malformed
   // receipt sends nothing (the outcome says which); a refused send (no such
@@ -252,6 +302,10 @@ class Broker {
   // before something changes.
   Millis next_delivery(const std::string& queue, bool rate_limited);
   std::unique_ptr<ChangeWatch> watch();
+  // Stops deliveries until `until` (0: until resume); a pause again replaces
+  // the one in place. resume returns the pause it ended, if one was in force.
+  void pause(const std::string& queue, Millis until, const std::string& reason);
+  std::optional<Pause> resume(const std::string& queue);
   std::vector<Message> peek(const std::string& queue, std::size_t max);
   std::uint64_t purge(const std::string& queue);
   // Every queue when `queue` is empty.
@@ -267,12 +321,23 @@ class Broker {
   std::optional<Message> find_dead_letter(const std::string& queue, const std::string& id);
   // Discards the dead letters named; returns the ids that were not found.
   std::vector<std::string> delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids);
+  // One message, live or dead, with its attempt history; nullopt when there is none.
+  std::optional<Message> show(const std::string& queue, const std::string& id);
+  // q work's registry: its command line, stored once per process (keyed by
+  // pid and start time) rather than with every delivery. Registering also
+  // drops entries of processes that no longer run.
+  void register_worker(std::uint32_t pid, Millis since, const std::string& command);
+  void unregister_worker(std::uint32_t pid, Millis since);
   // Every message of the queue, live then dead, with its state, oldest first.
   void export_messages(const std::string& queue, const std::function<void(const Message&)>& each);
   // Stores exported messages (their id when it is free in this file, else a
   // new one), in one transaction; returns the ids they have here. In-flight
   // messages arrive visible (a lease does not move between files).
-  std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages, bool create_queue);
+  // With skip_existing, a message whose id is already a live or dead message
+  // of this queue is left out (a repeated import adds nothing); the ids
+  // returned are those of the messages stored.
+  std::vector<std::string> import_messages(const std::string& queue, std::vector<Message> messages,
+                                           bool create_queue, bool skip_existing = false);
   // A consistent, compacted copy of the whole file, made while others use it.
   void backup(const std::string& path);
   // Checks every record and index entry and the counters; returns what is wrong.
@@ -290,7 +355,7 @@ class Broker {
   virtual std::vector<ReceiptResult> do_ack(const std::string& queue, const std::vector<std::string>& receipts) = 0;
   virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
   virtual Millis do_nack(const std::string& queue, const std::string& receipt, const NackOptions& options) = 0;
-  virtual void do_dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason) = 0;
+  virtual void do_dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason, const RunReport& run) = 0;
   virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt, const std::string& to, std::vector<OutgoingMessage> messages, const SendOptions& options) = 0;
   virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep) = 0;
   virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;
@@ -306,7 +371,12 @@ class Broker {
   virtual std::optional<Message> do_find_dead_letter(const std::string& queue, const std::string& id) = 0;
   virtual std::vector<std::string> do_delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids) = 0;
   virtual void do_export_messages(const std::string& queue, const std::function<void(const Message&)>& each) = 0;
-  virtual std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages, bool create_queue) = 0;
+  virtual std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages, bool create_queue, bool skip_existing) = 0;
+  virtual void do_pause(const std::string& queue, Millis until, const std::string& reason) = 0;
+  virtual std::optional<Pause> do_resume(const std::string& queue) = 0;
+  virtual std::optional<Message> do_show(const std::string& queue, const std::string& id) = 0;
+  virtual void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
+  virtual void do_unregister_worker(std::uint32_t pid, Millis since) = 0;
   virtual void do_backup(const std::string& path) = 0;
   virtual std::vector<std::string> do_verify() = 0;
 };

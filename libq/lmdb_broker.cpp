@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include "file_watch.hpp"
+#include "lmdb_history.hpp"
+#include "lmdb_pause.hpp"
 #include "lmdb_receive.hpp"
 #include "lmdb_transfer.hpp"
 #include "lmdb_verify.hpp"
@@ -96,6 +98,7 @@ class LmdbBroker final : public Broker {
       for (const auto& key : keys_with_prefix(txn, dbi, view.prefix)) txn.del(dbi, key);
     }
     drop_queue_holders(txn, view.rec.qid);
+    txn.del(db().pauses, view.prefix);
     txn.del(db().queues, queue);
     txn.commit();
     return removed;
@@ -280,6 +283,8 @@ class LmdbBroker final : public Broker {
         earliest = std::min(earliest, store::key_time(c.key()));
     }
     if (rate_limited && earliest != INT64_MAX) earliest = std::max(earliest, view.rate_ready_at());
+    if (auto pause = active_pause(txn, db(), view.rec.qid, queue, view.now))
+      earliest = pause->until == 0 ? INT64_MAX : std::max(earliest, pause->until);
     // A lease whose holder died is released by the next write transaction:
     // look again at the next check of the holders.
     return std::min(earliest, next_holder_check(view, holder_alive_));
@@ -290,11 +295,12 @@ class LmdbBroker final : public Broker {
   }
 
   void do_dead_letter(const std::string& queue, const std::string& receipt,
-                   const std::string& reason) override {
+                      const std::string& reason, const RunReport& run) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
     auto [seq, header] = view.current_delivery(receipt);
+    close_attempt(view, seq, header, AttemptEnd::DeadLettered, view.now, reason, run);
     view.dead_letter(seq, std::move(header), std::string(utf8_prefix(reason, kMaxReason)));
     view.save();
     txn.commit();
@@ -403,6 +409,7 @@ class LmdbBroker final : public Broker {
     header.flags = delay > 0 ? Header::kDelayed : 0;
     header.nonce = 0;  // the receipt is spent
     if (!options.reason.empty()) header.reason = options.reason;
+    close_attempt(view, seq, header, AttemptEnd::Released, view.now, options.reason, options.run);
     view.link(seq, header);
     view.put_header(db().messages, seq, header);
     group.done();
@@ -410,6 +417,25 @@ class LmdbBroker final : public Broker {
     view.save();
     txn.commit();
     return header.visible_at;
+  }
+
+  void do_pause(const std::string& queue, Millis until, const std::string& reason) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    if (until != 0 && until <= view.now)
+      throw Error(ErrorKind::Usage, "--for: the pause must end in the future");
+    Pause p{view.now, until, reason};
+    txn.put(db().pauses, view.prefix, store::encode(p));
+    txn.commit();
+  }
+
+  std::optional<Pause> do_resume(const std::string& queue) override {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    auto was = active_pause(txn, db(), view.rec.qid, queue, view.now);
+    if (!txn.del(db().pauses, view.prefix)) return std::nullopt;
+    txn.commit();
+    return was;
   }
 
   std::vector<Message> do_peek(const std::string& queue, std::size_t max) override {
@@ -462,6 +488,7 @@ class LmdbBroker final : public Broker {
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     view.each_header(db().dead, "the dead letter", [&](std::uint64_t seq, const Header& header) {
       auto message = to_message(seq, header, view.body(seq), MessageState::Dead);
+      message.attempts = read_history(txn, db(), seq, header, view.now);
       view.release_body(seq);
       return each(message);
     });
@@ -556,7 +583,9 @@ class LmdbBroker final : public Broker {
     auto seq = parse_id(id);
     auto header = view.find_header(db().dead, seq);
     if (!header) return std::nullopt;
-    return to_message(seq, *header, view.body(seq), MessageState::Dead);
+    auto m = to_message(seq, *header, view.body(seq), MessageState::Dead);
+    m.attempts = read_history(txn, db(), seq, *header, view.now);
+    return m;
   }
 
   std::vector<std::string> do_delete_dead_letters(const std::string& queue,
@@ -587,7 +616,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages,
-                                           bool create_queue) override {
+                                              bool create_queue, bool skip_existing) override {
     Txn txn(*env_, Txn::Write);
     auto existing = load(txn, queue);
     if (!existing) {
@@ -601,12 +630,49 @@ class LmdbBroker final : public Broker {
     QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
     view.holder_alive = &holder_alive_;
     view.maintain();
+    if (skip_existing) {
+      auto present = [&](const Message& m) {
+        auto seq = store::parse_message_id(m.id);
+        if (!seq) return false;
+        auto key = store::key_q_seq(view.rec.qid, *seq);
+        return txn.get(db().messages, key).has_value() || txn.get(db().dead, key).has_value();
+      };
+      messages.erase(std::remove_if(messages.begin(), messages.end(), present), messages.end());
+    }
     std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
     auto ids = import_into(view, std::move(messages), next_seq);
     set_meta_u64(txn, store::kNextSeqKey, next_seq);
     view.save();
     txn.commit();
     return ids;
+  }
+
+  std::optional<Message> do_show(const std::string& queue, const std::string& id) override {
+    Txn txn(*env_, Txn::Read);
+    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+    std::uint64_t seq = parse_id(id);
+    MessageState state = MessageState::Dead;
+    auto header = view.find_header(db().messages, seq);
+    if (header)
+      state = state_of(*header, view.now);
+    else
+      header = view.find_header(db().dead, seq);
+    if (!header) return std::nullopt;
+    auto m = to_message(seq, *header, view.body(seq), state);
+    m.attempts = read_history(txn, db(), seq, *header, view.now);
+    return m;
+  }
+
+  void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) override {
+    Txn txn(*env_, Txn::Write);
+    q::register_worker(txn, db(), pid, since, command);
+    txn.commit();
+  }
+
+  void do_unregister_worker(std::uint32_t pid, Millis since) override {
+    Txn txn(*env_, Txn::Write);
+    q::unregister_worker(txn, db(), pid, since);
+    txn.commit();
   }
 
   void do_backup(const std::string& path) override { env_->copy_to(path); }
@@ -775,6 +841,7 @@ class LmdbBroker final : public Broker {
       auto g = bytes ? store::decode_group(*bytes, txn.format()) : std::nullopt;
       if (g && g->in_flight > 0 && lapsed >= g->in_flight && s.held_groups > 0) --s.held_groups;
     }
+    s.pause = active_pause(txn, db(), rec.qid, name, now);
     Cursor age(txn, db().age);
     if (age.seek(prefix) && age.has_prefix(prefix)) {
       Millis available = store::key_time(age.key());
@@ -793,10 +860,12 @@ class LmdbBroker final : public Broker {
     Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
     std::uint64_t budget = options.rate_limited ? view.rate_allows() : UINT64_MAX;
     std::uint64_t want = std::min<std::uint64_t>(options.max_messages, budget);
+    if (active_pause(txn, db(), view.rec.qid, queue, view.now)) want = 0;
     std::vector<Message> out;
     // Delivers `seq` unless it has used up its receives; false when it went to
     // the dead-letter queue instead.
     auto deliver = [&](std::uint64_t seq, Header header, QueueView::GroupEdit* group) {
+      close_lapsed(view, seq, header);
       if (config.max_receives != 0 && header.receive_count >= config.max_receives) {
         std::string reason =
             header.reason.empty()
@@ -815,6 +884,7 @@ class LmdbBroker final : public Broker {
       header.last_received_at = view.now;
       header.visible_at = view.now + timeout;
       header.flags = Header::kLeased;
+      open_attempt(header, options.holder_pid, options.worker_since);
       view.link(seq, header);
       view.put_header(db().messages, seq, header);
       if (options.holder) hold(view, *options.holder, seq, nonce);

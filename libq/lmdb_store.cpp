@@ -416,7 +416,69 @@ void Env::reopen_if_published() {
   attach();
 }
 
+// Read-only: see OpenOptions::read_only.
+void Env::attach_read_only() {
+  const std::string& path = options_.path;
+  const std::string lock = path + "-lock";
+  const std::string who = fmt::format("uid {} gid {}", geteuid(), getegid());
+  const std::string needs = fmt::format(
+      "to read, q needs read permission on {} and read and write permission on {} (LMDB's "
+      "reader table, where each reader writes its slot)",
+      path, lock);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    if (errno == ENOENT)
+      throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path));
+    if (errno == EACCES || errno == EPERM) {
+      struct stat st {};
+      throw Error(ErrorKind::Permission,
+                  fmt::format("{}: cannot open queue file: permission denied: no read "
+                              "permission for this user ({}{}); {}",
+                              path, who,
+                              stat(path.c_str(), &st) == 0 ? "; the file has " + describe_owner(st)
+                                                           : std::string(),
+                              needs));
+    }
+    fail_errno(errno, path, "cannot open queue file");
+  }
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
+  unsigned char head[24] = {};
+  ssize_t got = pread(fd_, head, sizeof head, 0);
+  std::uint32_t magic = 0;
+  if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
+  if (magic != kLmdbMagic) throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
+  lock_fd_ = files::open_companion(lock, true, false);
+  if (lock_fd_ < 0) {
+    if (errno == ENOENT)
+      throw Error(ErrorKind::Permission,
+                  fmt::format("{}: cannot open lock file: it does not exist, and this user may "
+                              "not write the queue file to make it ({}); any command of a user "
+                              "who may write it makes it; {}",
+                              lock, who, needs));
+    if (errno == EACCES || errno == EPERM) {
+      struct stat lst {};
+      throw Error(ErrorKind::Permission,
+                  fmt::format("{}: cannot open lock file: permission denied: no write "
+                              "permission for this user ({}{}); {}",
+                              lock, who,
+                              stat(lock.c_str(), &lst) == 0 ? "; the file has " + describe_owner(lst)
+                                                            : std::string(),
+                              needs));
+    }
+    fail_errno(errno, lock, "cannot open lock file");
+  }
+  open_lmdb(path, lock_fd_, MDB_RDONLY);
+  refuse_truncated();
+  int dead = 0;
+  mdb_reader_check(env_, &dead);
+  next_reader_check_ = std::chrono::steady_clock::now() + kReaderCheckEvery;
+  init_databases(false);
+}
+
 void Env::attach() {
+  if (options_.read_only) return attach_read_only();
   const std::string& path = options_.path;
   // 0666 & ~umask, for the data file and (through LMDB) its lock file, so a
   // group can share a queue.
@@ -623,7 +685,8 @@ void Env::init_databases(bool may_initialize) {
       {&db_.dedup, "dedup"},       {&db_.dedup_expiry, "dedup-expiry"},
       {&db_.done, "done"},         {&db_.done_expiry, "done-expiry"},
       {&db_.groups, "groups"},     {&db_.group_messages, "group-messages"},
-      {&db_.heads, "heads"},
+      {&db_.heads, "heads"},       {&db_.attempts, "attempts"},
+      {&db_.workers, "workers"},   {&db_.pauses, "pauses"},
   };
   auto not_ours = [&] {
     return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "
@@ -656,12 +719,26 @@ void Env::init_databases(bool may_initialize) {
     txn.commit();
   }
 
+  // Databases added after a file was made (the attempt history, q work's
+  // registry, pauses) are created by the first write transaction on it
+  // (Txn::Txn), so reading an older file changes nothing; until then they
+  // read as empty.
+  auto added_later = [](const char* name) {
+    return std::strcmp(name, "attempts") == 0 || std::strcmp(name, "workers") == 0 ||
+           std::strcmp(name, "pauses") == 0;
+  };
+
   Txn txn(*this, Txn::Read);
   for (const auto& n : all) {
     int rc;
     {
       InLmdb in_lmdb;
       rc = mdb_dbi_open(txn.handle(), n.name, 0, n.dbi);
+    }
+    if (rc == MDB_NOTFOUND && added_later(n.name)) {
+      *n.dbi = kAbsentDbi;
+      absent_.push_back({n.dbi, n.name});
+      continue;
     }
     if (rc == MDB_NOTFOUND) throw not_ours();
     if (rc != 0) fail(rc, fmt::format("cannot open database {}", n.name));
@@ -915,6 +992,9 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
                                            env_.path()));
   env_.reopen_if_published();
   env_.refuse_if_replaced();
+  if (mode == Write && env_.read_only())
+    throw Error(ErrorKind::Permission,
+                fmt::format("{}: opened read-only (this user may not write it)", env_.path()));
   if (mode == Write) {
     env_.clear_dead_readers_now_and_then();
     env_.lock_writer();
@@ -943,6 +1023,27 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
       throw;
     }
   }
+  if (mode == Write) env_.create_absent(txn_);
+}
+
+void Env::create_absent(MDB_txn* txn) {
+  for (auto& a : absent_) {
+    if (*a.dbi != kAbsentDbi) continue;
+    int rc = mdb_dbi_open(txn, a.name, MDB_CREATE, a.dbi);
+    if (rc != 0) {
+      *a.dbi = kAbsentDbi;
+      fail(rc, fmt::format("cannot create database {}", a.name));
+    }
+  }
+}
+
+// A handle opened in a transaction lives on only if that transaction commits.
+void Env::settle_absent(bool committed) {
+  if (committed) {
+    absent_.clear();
+    return;
+  }
+  for (auto& a : absent_) *a.dbi = kAbsentDbi;
 }
 
 std::uint32_t Txn::format() {
@@ -957,6 +1058,7 @@ std::uint32_t Txn::format() {
 
 Txn::~Txn() {
   if (txn_ && write_) env_.holders_aborted();
+  if (txn_ && write_) env_.settle_absent(false);
   if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
   if (locked_) env_.unlock_writer();
 }
@@ -969,6 +1071,7 @@ void Txn::commit() {
   }
   txn_ = nullptr;
   if (write_) rc == 0 ? env_.holders_committed() : env_.holders_aborted();
+  if (write_) env_.settle_absent(rc == 0);
   if (rc == 0 && upgraded_) env_.note_format(kFormatVersion);
   if (locked_) {
     if (rc == 0 && env_.publish_on_commit()) {
@@ -986,6 +1089,7 @@ void Txn::commit() {
 }
 
 std::optional<std::string_view> Txn::get(MDB_dbi dbi, std::string_view key) {
+  if (dbi == kAbsentDbi) return std::nullopt;
   MDB_val k = as_val(key), v{};
   int rc;
   {
@@ -1020,6 +1124,7 @@ bool Txn::del(MDB_dbi dbi, std::string_view key) {
 }
 
 std::size_t Txn::entries(MDB_dbi dbi) {
+  if (dbi == kAbsentDbi) return 0;
   MDB_stat st{};
   int rc = mdb_stat(txn_, dbi, &st);
   if (rc != 0) env_.fail(rc, "cannot stat database");
@@ -1029,6 +1134,7 @@ std::size_t Txn::entries(MDB_dbi dbi) {
 // ---- Cursor -----------------------------------------------------------------
 
 Cursor::Cursor(Txn& txn, MDB_dbi dbi) : txn_(txn) {
+  if (dbi == kAbsentDbi) return;  // finds nothing
   int rc = mdb_cursor_open(txn.handle(), dbi, &cursor_);
   if (rc != 0) txn.env().fail(rc, "cannot open cursor");
 }
@@ -1038,6 +1144,7 @@ Cursor::~Cursor() {
 }
 
 bool Cursor::move(MDB_cursor_op op) {
+  if (!cursor_) return false;
   int rc;
   {
     InLmdb in_lmdb;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bell.hpp"
 #include "clock.hpp"
@@ -43,11 +44,21 @@ struct OpenOptions {
   bool create = false;   // create the file (and its directories) when missing
   bool durable = true;   // false: commits are not synced (MDB_NOSYNC)
   Millis lock_timeout = 10 * kSecond;
+  // Read transactions only (MDB_RDONLY), for a user who may read the file
+  // but not write it: needs read permission on FILE and read and write
+  // permission on FILE-lock (LMDB's reader table: every reader writes its
+  // slot there), which must exist. Write transactions are refused.
+  bool read_only = false;
 };
+
+// The handle of a database that a file made by an older q lacks, opened
+// read-only (a writer creates it on its first open): reads find nothing.
+constexpr MDB_dbi kAbsentDbi = ~MDB_dbi{0};
 
 struct Databases {
   MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry,
-      dedup, dedup_expiry, done, done_expiry, groups, group_messages, heads;
+      dedup, dedup_expiry, done, done_expiry, groups, group_messages, heads,
+      attempts, workers, pauses;
 };
 
 class Txn;
@@ -64,6 +75,11 @@ class Env {
   MDB_env* handle() const { return env_; }
   const std::string& path() const { return options_.path; }
   const Databases& db() const { return db_; }
+  bool read_only() const { return options_.read_only; }
+  // Databases the file lacks (made by an older q): a write transaction
+  // creates them, and they stay once it commits.
+  void create_absent(MDB_txn* txn);
+  void settle_absent(bool committed);
 
   // The `holders` database (issue 14), which files made before it lack: a
   // write transaction with `create` makes it; nullopt when it is absent. A
@@ -125,6 +141,7 @@ class Env {
   explicit Env(OpenOptions options) : options_(std::move(options)) {}
   bool stage();
   void attach();
+  void attach_read_only();
   void open_lmdb(const std::string& file, int lock_fd, unsigned extra_flags);
   void verify_lmdb_files(int lock_fd);
   void remove_stale_staging(const std::string& dir);
@@ -156,6 +173,11 @@ class Env {
   std::chrono::steady_clock::time_point next_reader_check_{};
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
+  struct AbsentDb {
+    MDB_dbi* dbi;
+    const char* name;
+  };
+  std::vector<AbsentDb> absent_;
   std::uint32_t format_ = 0;
   MDB_dbi holders_dbi_ = 0;
   bool holders_open_ = false;     // holders_dbi_ is valid in every transaction

@@ -273,6 +273,7 @@ class QueueView {
     txn.del(db.messages, store::key_q_seq(rec.qid, seq));
     txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
     txn.del(db.bodies, store::key_seq(seq));
+    if (header.has_history) txn.del(db.attempts, store::key_seq(seq));
     if (own) own->done();
   }
 
@@ -286,6 +287,7 @@ class QueueView {
   void remove_dead(std::uint64_t seq, const Header& header) {
     unfile_dead(seq, header);
     txn.del(db.bodies, store::key_seq(seq));
+    if (header.has_history) txn.del(db.attempts, store::key_seq(seq));
   }
 
   void dead_letter(std::uint64_t seq, Header header, std::string reason,
@@ -315,6 +317,7 @@ class QueueView {
     live.visible_at = now;
     live.available_at = now;
     live.group = rec.config.fifo ? dead.group : std::string();
+    live.has_history = dead.has_history;  // the attempt history follows the message
     // A FIFO message goes back into its group at its place in send order.
     GroupEdit group(*this, live.group);
     put_header(db.messages, seq, live);

@@ -148,6 +148,10 @@ std::uint64_t get_be(std::string_view s, std::size_t at, int bytes) {
 std::uint64_t time_bits(Millis t) { return t < 0 ? 0 : static_cast<std::uint64_t>(t); }
 
 constexpr std::uint8_t kHeaderVersion = 1;
+constexpr std::uint8_t kHeaderVersionHolder = 2;  // + holder_pid, holder_since, has_history
+constexpr std::uint8_t kAttemptsVersion = 1;
+constexpr std::uint8_t kWorkerVersion = 1;
+constexpr std::uint8_t kPauseVersion = 1;
 constexpr std::uint8_t kBodyVersion = 1;
 constexpr std::uint8_t kQueueVersion = 1;
 constexpr std::uint8_t kGroupVersion = 1;
@@ -284,7 +288,8 @@ std::optional<ParsedReceipt> parse_receipt(std::string_view text) {
 std::string encode(const Header& h) {
   Writer w;
   w.begin();
-  w.u8(kHeaderVersion);
+  const bool v2 = h.holder_pid != 0 || h.holder_since != 0 || h.has_history;
+  w.u8(v2 ? kHeaderVersionHolder : kHeaderVersion);
   w.u8(h.flags);
   w.u32(h.receive_count);
   w.i64(h.sent_at);
@@ -296,12 +301,18 @@ std::string encode(const Header& h) {
   w.u64(h.nonce);
   w.str(h.reason);
   w.str(h.group);
+  if (v2) {
+    w.u32(h.holder_pid);
+    w.i64(h.holder_since);
+    w.u8(h.has_history ? 1 : 0);
+  }
   return w.seal();
 }
 
 std::optional<Header> decode_header(std::string_view bytes) {
   Reader r(bytes);
-  if (r.u8() != kHeaderVersion) return std::nullopt;
+  const std::uint8_t version = r.u8();
+  if (version != kHeaderVersion && version != kHeaderVersionHolder) return std::nullopt;
   Header h;
   h.flags = r.u8();
   h.receive_count = r.u32();
@@ -314,6 +325,15 @@ std::optional<Header> decode_header(std::string_view bytes) {
   h.nonce = r.u64();
   h.reason = r.str();
   h.group = r.str();
+  if (version == kHeaderVersionHolder) {
+    h.holder_pid = r.u32();
+    h.holder_since = r.i64();
+    std::uint8_t history = r.u8();
+    if (history > 1) return std::nullopt;
+    h.has_history = history == 1;
+    // encode writes version 1 for these: one encoding per header.
+    if (h.holder_pid == 0 && h.holder_since == 0 && !h.has_history) return std::nullopt;
+  }
   if (!r.done()) return std::nullopt;
   return h;
 }
@@ -431,6 +451,104 @@ std::optional<GroupRecord> decode_group(std::string_view bytes, std::uint32_t fo
   g.in_flight = r.u64();
   if (!r.done()) return std::nullopt;
   return g;
+}
+
+std::string encode(const std::vector<Attempt>& attempts) {
+  Writer w;
+  w.begin();
+  w.u8(kAttemptsVersion);
+  w.u8(static_cast<std::uint8_t>(attempts.size()));
+  for (const auto& a : attempts) {
+    w.u32(a.receive);
+    w.i64(a.received_at);
+    w.u32(a.pid);
+    w.i64(a.worker_since);
+    w.u8(static_cast<std::uint8_t>(a.end));
+    w.i64(a.ended_at);
+    w.str(a.reason);
+    w.u8(a.run.exit_status ? 1 : 0);
+    w.u32(static_cast<std::uint32_t>(a.run.exit_status.value_or(0)));
+    w.str(a.run.first_line);
+    w.str(a.run.stderr_tail);
+    w.str(a.command);
+  }
+  return w.seal();
+}
+
+std::optional<std::vector<Attempt>> decode_attempts(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kAttemptsVersion) return std::nullopt;
+  std::size_t n = r.u8();
+  if (!r.ok() || n > kMaxAttempts) return std::nullopt;
+  std::vector<Attempt> attempts(n);
+  for (auto& a : attempts) {
+    a.receive = r.u32();
+    a.received_at = r.i64();
+    a.pid = r.u32();
+    a.worker_since = r.i64();
+    std::uint8_t end = r.u8();
+    if (end > static_cast<std::uint8_t>(AttemptEnd::DeadLettered)) return std::nullopt;
+    a.end = static_cast<AttemptEnd>(end);
+    a.ended_at = r.i64();
+    a.reason = r.str();
+    std::uint8_t has_status = r.u8();
+    auto status = static_cast<std::int32_t>(r.u32());
+    if (has_status > 1) return std::nullopt;
+    if (has_status) a.run.exit_status = status;
+    a.run.first_line = r.str();
+    a.run.stderr_tail = r.str();
+    a.command = r.str();
+  }
+  if (!r.done()) return std::nullopt;
+  return attempts;
+}
+
+std::string key_worker(std::uint32_t pid, Millis since) {
+  std::string k;
+  put_be32(k, pid);
+  put_be64(k, time_bits(since));
+  return k;
+}
+std::uint32_t key_worker_pid(std::string_view key) {
+  return static_cast<std::uint32_t>(get_be(key, 0, 4));
+}
+Millis key_worker_since(std::string_view key) { return static_cast<Millis>(get_be(key, 4, 8)); }
+
+std::string encode_worker(const std::string& command) {
+  Writer w;
+  w.begin();
+  w.u8(kWorkerVersion);
+  w.str(command);
+  return w.seal();
+}
+
+std::optional<std::string> decode_worker(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kWorkerVersion) return std::nullopt;
+  std::string command = r.str();
+  if (!r.done()) return std::nullopt;
+  return command;
+}
+
+std::string encode(const Pause& p) {
+  Writer w;
+  w.begin();
+  w.u8(kPauseVersion);
+  w.i64(p.since);
+  w.i64(p.until);
+  w.str(p.reason);
+  return w.seal();
+}
+
+std::optional<Pause> decode_pause(std::string_view bytes) {
+  Reader r(bytes);
+  if (r.u8() != kPauseVersion) return std::nullopt;
+  Pause p;
+  p.since = r.i64();
+  p.until = r.i64();
+  p.reason = r.str();
+  if (!r.done()) return std::nullopt;
+  return p;
 }
 
 std::string encode(const DedupRecord& d) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "broker.hpp"
 
@@ -67,7 +68,16 @@ struct Header {
   std::uint64_t nonce = 0;  // of the current receipt; 0: no valid receipt
   std::string reason;
   std::string group;  // FIFO queues
+  // Who holds the current delivery (the attempt history's open attempt):
+  // the receiving pid, 0 when none is open, and for q work its start time.
+  // A receive writes them into the header it rewrites anyway; whatever ends
+  // the delivery clears them and appends the attempt to `attempts`.
+  std::uint32_t holder_pid = 0;
+  Millis holder_since = 0;
+  bool has_history = false;  // an `attempts` record exists for this message
 };
+// Headers without a holder or history keep header version 1 (what older q
+// wrote and reads); the others are version 2.
 std::string encode(const Header& header);
 // nullopt when the checksum or layout is wrong.
 std::optional<Header> decode_header(std::string_view bytes);
@@ -110,6 +120,22 @@ std::optional<GroupRecord> decode_group(std::string_view bytes,
                                         std::uint32_t format = kFormatVersion);
 // (qid, group length, group, seq): a group's messages in send order.
 std::string key_group_prefix(std::uint32_t qid, std::string_view group);
+// The attempt history of a message, key (seq) like its body: it follows the
+// message through dead-lettering and redrive. At most kMaxAttempts, oldest first.
+std::string encode(const std::vector<Attempt>& attempts);
+std::optional<std::vector<Attempt>> decode_attempts(std::string_view bytes);
+
+// q work's registry: key (pid u32, start time u64), value its command line.
+std::string key_worker(std::uint32_t pid, Millis since);
+std::uint32_t key_worker_pid(std::string_view key);
+Millis key_worker_since(std::string_view key);
+std::string encode_worker(const std::string& command);
+std::optional<std::string> decode_worker(std::string_view bytes);
+
+// A queue's pause: key (qid) in `pauses`.
+std::string encode(const Pause& pause);
+std::optional<Pause> decode_pause(std::string_view bytes);
+
 std::string encode(const QueueRecord& record);
 std::optional<QueueRecord> decode_queue(std::string_view bytes);
 

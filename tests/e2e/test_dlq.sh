@@ -48,7 +48,7 @@ assert_eq 2 "$(grep -c . <<<"$OUT")" "dlq list (text): a header and one row"
 # redrive --dry-run lists, moves nothing.
 cp "$Q_FILE" "$T/before.q"
 assert_exit 0 "$Q" redrive mail --dry-run
-assert_eq "$id" "$OUT" "redrive --dry-run prints the id"
+assert_eq "would redrive $id" "$OUT" "redrive --dry-run prints the id"
 assert_eq 1 "$(stat_field mail dead)" "redrive --dry-run: still dead"
 assert_eq 0 "$(stat_field mail redriven)" "redrive --dry-run: redriven 0"
 assert_exit 1 "$Q" receive mail
@@ -64,8 +64,9 @@ assert_eq 1 "$(jq .visible <<<"$s")" "after redrive: visible 1"
 assert_eq 1 "$(jq .redriven <<<"$s")" "after redrive: redriven 1"
 assert_exit 0 "$Q" dlq list mail
 assert_eq "" "$OUT" "after redrive: dlq list empty"
-assert_exit 0 "$Q" redrive mail
+assert_exit 1 "$Q" redrive mail
 assert_eq "" "$OUT" "second redrive moves nothing"
+assert_contains "$ERR" "no dead letters of mail to move" "second redrive says so (exit 1, like grep)"
 assert_exit 0 "$Q" receive mail --json
 assert_eq "$id" "$(jq -r .id <<<"$OUT")" "redriven message keeps its id"
 assert_eq 1 "$(jq -r .receive_count <<<"$OUT")" "redriven message: receive_count restarts at 1"
@@ -91,7 +92,7 @@ receipt_of mail --visibility-timeout 0s >/dev/null
 assert_exit 1 "$Q" receive mail
 assert_eq 2 "$(stat_field mail dead)" "two dead letters"
 assert_exit 0 "$Q" redrive mail --max 1 --dry-run
-assert_eq "$id2" "$OUT" "redrive --max 1: the oldest"
+assert_eq "would redrive $id2" "$OUT" "redrive --max 1: the oldest"
 assert_exit 0 "$Q" redrive mail --id "$id3"
 assert_eq "$id3" "$OUT" "redrive --id moves that one"
 assert_exit 0 "$Q" dlq list mail --json
@@ -101,14 +102,14 @@ assert_exit 65 "$Q" redrive mail --id not-an-id
 
 # dlq purge prints what it removed and keeps live messages.
 assert_exit 0 "$Q" dlq purge mail
-assert_eq "purged 1 dead letter from mail" "$OUT" "dlq purge output"
+assert_eq "q: purged 1 dead letter from mail" "$ERR" "dlq purge output"
 assert_exit 0 "$Q" dlq list mail
 assert_eq "" "$OUT" "dlq list after purge"
 s=$(stats_json mail)
 assert_eq 0 "$(jq .dead <<<"$s")" "dlq purge: dead 0"
 assert_eq 1 "$(jq .visible <<<"$s")" "dlq purge keeps the live message"
 assert_exit 0 "$Q" dlq purge mail
-assert_eq "purged 0 dead letters from mail" "$OUT" "dlq purge of an empty dlq"
+assert_eq "q: purged 0 dead letters from mail" "$ERR" "dlq purge of an empty dlq"
 
 # ---- purge: every live message, not the dead letters ----------------------------------
 assert_exit 0 "$Q" create work --max-receives 1
@@ -121,7 +122,7 @@ receipt_of work >/dev/null   # one in flight
 s=$(stats_json work)
 assert_eq "2 1 1 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "before purge: visible in_flight delayed dead"
 assert_exit 0 "$Q" purge work
-assert_eq "purged 4 messages from work" "$OUT" "purge output"
+assert_eq "q: purged 4 messages from work" "$ERR" "purge output"
 s=$(stats_json work)
 assert_eq "0 0 0 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "after purge: only the dead letter is left"
 assert_exit 1 "$Q" receive work
@@ -136,7 +137,7 @@ assert_exit 0 "$Q" list --json
 assert_eq '["mail","work","zeta"]' "$(jq -cs 'map(.name)' <<<"$OUT")" "list --json"
 assert_exit 0 "$Q" send work w1
 assert_exit 0 "$Q" delete work
-assert_eq "deleted queue work (1 message, 1 dead letter)" "$OUT" "delete output"
+assert_eq "q: deleted queue work (1 message, 1 dead letter)" "$ERR" "delete output"
 assert_exit 0 "$Q" list
 assert_eq $'mail\nzeta' "$OUT" "list after delete"
 assert_exit 66 "$Q" stats work

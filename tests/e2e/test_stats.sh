@@ -36,7 +36,7 @@ assert_exit 0 "$Q" send st m-e --dedup-id e
 assert_exit 0 "$Q" send st m-e --dedup-id e
 
 s=$(stats_json st)
-want='{"queue":"st","visible":2,"in_flight":1,"delayed":1,"dead":1,"sent":6,"received":4,"acked":1,"nacked":1,"dead_lettered":1,"redriven":0,"expired":0,"deduplicated":1,"kind":"standard"}'
+want='{"queue":"st","visible":2,"in_flight":1,"delayed":1,"dead":1,"sent":6,"received":4,"acked":1,"nacked":1,"dead_lettered":1,"redriven":0,"expired":0,"deduplicated":1,"kind":"standard","paused":false}'
 assert_eq "$want" "$(jq -c 'del(.oldest_age_ms, .created_at)' <<<"$s")" "stats --json fields"
 age=$(jq .oldest_age_ms <<<"$s")
 assert_eq number "$(jq -r '.oldest_age_ms|type' <<<"$s")" "oldest_age_ms is a number"
