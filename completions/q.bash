@@ -9,30 +9,33 @@
 # a trailing * repeats).
 _q_spec() {
   case $1 in
-    '') _q_subs='create config send receive ack work extend nack peek stats list dlq redrive top check purge delete export import backup verify' _q_flags='-h --help --version --no-sync' _q_vals='-f --file --lock-timeout' _q_pos='' ;;
+    '') _q_subs='create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify' _q_flags='-h --help --version --no-sync' _q_vals='-f --file --lock-timeout' _q_pos='' ;;
     'create') _q_subs='' _q_flags='-h --help --fifo' _q_vals='--visibility-timeout --max-receives --retention --delay --max-depth --max-size --dedup-window --rate --content-dedup' _q_pos='queue' ;;
     'config') _q_subs='' _q_flags='-h --help --json --fifo --standard' _q_vals='--visibility-timeout --max-receives --retention --delay --max-depth --max-size --dedup-window --rate --content-dedup' _q_pos='queue' ;;
     'send') _q_subs='' _q_flags='-h --help --lines -0 --null --create -q --quiet --json' _q_vals='--delay --at --attr --dedup-id --group' _q_pos='queue -' ;;
     'receive') _q_subs='' _q_flags='-h --help --json' _q_vals='-n --max --wait --visibility-timeout --holder' _q_pos='queue' ;;
     'ack') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue -*' ;;
-    'work') _q_subs='' _q_flags='-h --help --exit-when-empty -q --quiet --to-lines' _q_vals='-j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --to --to-max-bytes --to-attr --to-group' _q_pos='queue command*' ;;
+    'work') _q_subs='' _q_flags='-h --help --exit-when-empty -q --quiet --to-lines' _q_vals='-j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --trip --to --to-max-bytes --to-attr --to-group' _q_pos='queue command*' ;;
     'extend') _q_subs='' _q_flags='-h --help --json' _q_vals='--by' _q_pos='queue -' ;;
     'nack') _q_subs='' _q_flags='-h --help --backoff --json' _q_vals='--delay --backoff-base --backoff-cap --reason' _q_pos='queue -' ;;
     'peek') _q_subs='' _q_flags='-h --help --json' _q_vals='-n --max' _q_pos='queue' ;;
+    'show') _q_subs='' _q_flags='-h --help --json' _q_vals='' _q_pos='queue -' ;;
+    'pause') _q_subs='' _q_flags='-h --help' _q_vals='--for --reason' _q_pos='queue' ;;
+    'resume') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
     'stats') _q_subs='' _q_flags='-h --help --json --prometheus --watch' _q_vals='--output --interval' _q_pos='queue' ;;
     'list') _q_subs='' _q_flags='-h --help --json' _q_vals='' _q_pos='' ;;
     'dlq') _q_subs='list show delete purge' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
-    'dlq list') _q_subs='' _q_flags='-h --help --json --by-reason' _q_vals='-n --max --reason --since' _q_pos='queue' ;;
+    'dlq list') _q_subs='' _q_flags='-h --help --json --by-reason' _q_vals='-n --max --by --reason --since' _q_pos='queue' ;;
     'dlq show') _q_subs='' _q_flags='-h --help --json' _q_vals='' _q_pos='queue -' ;;
-    'dlq delete') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue -*' ;;
-    'dlq purge') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
+    'dlq delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue -*' ;;
+    'dlq purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'redrive') _q_subs='' _q_flags='-h --help --dry-run --json' _q_vals='--id --reason --since -n --max --rate --to' _q_pos='queue' ;;
     'top') _q_subs='' _q_flags='-h --help' _q_vals='--interval' _q_pos='queue' ;;
     'check') _q_subs='' _q_flags='-h --help -V --version' _q_vals='--max-dead --max-age --max-depth --min-rate --sample -t --timeout' _q_pos='queue' ;;
-    'purge') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
-    'delete') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
+    'purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
+    'delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'export') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
-    'import') _q_subs='' _q_flags='-h --help --create' _q_vals='' _q_pos='queue' ;;
+    'import') _q_subs='' _q_flags='-h --help --create --skip-existing' _q_vals='' _q_pos='queue' ;;
     'backup') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='file' ;;
     'verify') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
     *) _q_subs='' _q_flags='' _q_vals='' _q_pos='' ;;

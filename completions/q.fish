@@ -9,7 +9,7 @@
 function __q_subs
     switch $argv[1]
         case 'q'
-            printf "%s\n" create config send receive ack work extend nack peek stats list dlq redrive top check purge delete export import backup verify
+            printf "%s\n" create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify
         case 'q dlq'
             printf "%s\n" list show delete purge
     end
@@ -27,17 +27,19 @@ function __q_vals
         case 'q receive'
             printf "%s\n" -n --max --wait --visibility-timeout --holder
         case 'q work'
-            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --to --to-max-bytes --to-attr --to-group
+            printf "%s\n" -j --concurrency --timeout --kill-after --backoff-base --backoff-cap --visibility-timeout --rate --idempotency-key --idempotency-window --grace -n --max-messages --trip --to --to-max-bytes --to-attr --to-group
         case 'q extend'
             printf "%s\n" --by
         case 'q nack'
             printf "%s\n" --delay --backoff-base --backoff-cap --reason
         case 'q peek'
             printf "%s\n" -n --max
+        case 'q pause'
+            printf "%s\n" --for --reason
         case 'q stats'
             printf "%s\n" --output --interval
         case 'q dlq list'
-            printf "%s\n" -n --max --reason --since
+            printf "%s\n" -n --max --by --reason --since
         case 'q redrive'
             printf "%s\n" --id --reason --since -n --max --rate --to
         case 'q top'
@@ -66,6 +68,12 @@ function __q_pos
         case 'q nack'
             printf "%s\n" queue -
         case 'q peek'
+            printf "%s\n" queue
+        case 'q show'
+            printf "%s\n" queue -
+        case 'q pause'
+            printf "%s\n" queue
+        case 'q resume'
             printf "%s\n" queue
         case 'q stats'
             printf "%s\n" queue
@@ -211,6 +219,9 @@ complete -c q -n '__q_need_sub "q"' -a work -d 'Run COMMAND once per message (bo
 complete -c q -n '__q_need_sub "q"' -a extend -d 'Keep a received message hidden until now + DUR (at most 12h after its receive)'
 complete -c q -n '__q_need_sub "q"' -a nack -d 'Release a received message for another delivery: now, after --delay, or after a jittered --backoff'
 complete -c q -n '__q_need_sub "q"' -a peek -d 'Show the oldest messages of a queue without receiving them (no receive count change): ID, STATE, RECEIVE_COUNT, BODY separated by tabs'
+complete -c q -n '__q_need_sub "q"' -a show -d 'Show one message, live or dead: body, attributes, state, times and its attempt history (the last 8 deliveries: who received it, how each ended)'
+complete -c q -n '__q_need_sub "q"' -a pause -d 'Stop deliveries of a queue (receive finds nothing, exit 1; q work idles) until \'q resume\' or --for ends'
+complete -c q -n '__q_need_sub "q"' -a resume -d 'End a queue\'s pause: deliveries start again at once'
 complete -c q -n '__q_need_sub "q"' -a stats -d 'Show every queue (or one): visible, in flight, delayed, dead, age of the oldest message, and lifetime counters'
 complete -c q -n '__q_need_sub "q"' -a list -d 'List the queues of the file, one name a line'
 complete -c q -n '__q_need_sub "q"' -a dlq -d 'Inspect, delete or empty a queue\'s dead letters'
@@ -295,6 +306,7 @@ complete -c q -n '__q_at "q work"' -l idempotency-window -x -d 'How long a done 
 complete -c q -n '__q_at "q work"' -l grace -x -d 'On SIGTERM/SIGINT, let running commands finish this long, then stop them and release each message once its command has exited (default 30s)'
 complete -c q -n '__q_at "q work"' -l exit-when-empty -d 'Exit once nothing is visible and nothing runs (for cron)'
 complete -c q -n '__q_at "q work"' -s n -l max-messages -x -d 'Exit after taking N messages'
+complete -c q -n '__q_at "q work"' -l trip -x -d 'Circuit breaker: after N failures within DUR, pause the queue (with the reason) and stop as on SIGTERM'
 complete -c q -n '__q_at "q work"' -s q -l quiet -d 'No progress line, notes or summary on stderr'
 complete -c q -n '__q_at "q work"' -l to -x -d 'A stage: the stdout of each successful run becomes messages on DST, sent in the transaction that acks the message (exactly once per ack)'
 complete -c q -n '__q_at "q work"' -l to-lines -d 'With --to: one message per line of the output (default: the whole output as one message; empty output sends nothing)'
@@ -321,6 +333,18 @@ complete -c q -n '__q_at "q peek"' -s h -l help -d 'Print this help message and 
 complete -c q -n '__q_at "q peek"' -s n -l max -x -d 'Show up to N messages (default 10)'
 complete -c q -n '__q_at "q peek"' -l json -d 'One JSON object a line, with the message\'s state'
 
+# q show
+complete -c q -n '__q_at "q show"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q show"' -l json -d 'One JSON object with the message and an "attempts" array'
+
+# q pause
+complete -c q -n '__q_at "q pause"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q pause"' -l for -x -d 'End the pause after DUR (default: until \'q resume\')'
+complete -c q -n '__q_at "q pause"' -l reason -x -d 'Why, shown by stats, top, check and Prometheus'
+
+# q resume
+complete -c q -n '__q_at "q resume"' -s h -l help -d 'Print this help message and exit'
+
 # q stats
 complete -c q -n '__q_at "q stats"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q stats"' -l json -d 'One JSON object a line per queue'
@@ -344,7 +368,8 @@ complete -c q -n '__q_at "q dlq"' -s h -l help -d 'Print this help message and e
 complete -c q -n '__q_at "q dlq list"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q dlq list"' -s n -l max -x -d 'List at most N'
 complete -c q -n '__q_at "q dlq list"' -l json -d 'One JSON object a line with the whole record'
-complete -c q -n '__q_at "q dlq list"' -l by-reason -d 'Count the dead letters per reason, most first'
+complete -c q -n '__q_at "q dlq list"' -l by-reason -d 'Group the dead letters that failed the same way: count, first and last dead-lettered, per reason with numbers, ids and hex runs masked (same as --by reason)'
+complete -c q -n '__q_at "q dlq list"' -l by -x -d 'Group by reason, exit (q work\'s exit status) or attr:KEY (an attribute\'s value), most first'
 complete -c q -n '__q_at "q dlq list"' -l reason -x -d 'Only dead letters whose reason matches REGEX (ECMAScript, searched)'
 complete -c q -n '__q_at "q dlq list"' -l since -x -d 'Only those dead-lettered within DUR'
 
@@ -354,9 +379,13 @@ complete -c q -n '__q_at "q dlq show"' -l json -d 'The whole record as one JSON 
 
 # q dlq delete
 complete -c q -n '__q_at "q dlq delete"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q dlq delete"' -l dry-run -d 'Print what would go'
+complete -c q -n '__q_at "q dlq delete"' -s y -l yes -d 'Do not ask for confirmation (it is asked only when standard input and standard error are terminals)'
 
 # q dlq purge
 complete -c q -n '__q_at "q dlq purge"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q dlq purge"' -l dry-run -d 'Print what would go'
+complete -c q -n '__q_at "q dlq purge"' -s y -l yes -d 'Do not ask for confirmation (it is asked only when standard input and standard error are terminals)'
 
 # q redrive
 complete -c q -n '__q_at "q redrive"' -s h -l help -d 'Print this help message and exit'
@@ -385,9 +414,13 @@ complete -c q -n '__q_at "q check"' -s V -l version -d 'Print the version and ex
 
 # q purge
 complete -c q -n '__q_at "q purge"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q purge"' -l dry-run -d 'Print what would go'
+complete -c q -n '__q_at "q purge"' -s y -l yes -d 'Do not ask for confirmation (it is asked only when standard input and standard error are terminals)'
 
 # q delete
 complete -c q -n '__q_at "q delete"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q delete"' -l dry-run -d 'Print what would go'
+complete -c q -n '__q_at "q delete"' -s y -l yes -d 'Do not ask for confirmation (it is asked only when standard input and standard error are terminals)'
 
 # q export
 complete -c q -n '__q_at "q export"' -s h -l help -d 'Print this help message and exit'
@@ -395,6 +428,7 @@ complete -c q -n '__q_at "q export"' -s h -l help -d 'Print this help message an
 # q import
 complete -c q -n '__q_at "q import"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q import"' -l create -d 'Create the queue (standard, default settings) if missing'
+complete -c q -n '__q_at "q import"' -l skip-existing -d 'Leave out a message whose id is already a live or dead message of QUEUE, so a repeated import adds nothing (count on stderr)'
 
 # q backup
 complete -c q -n '__q_at "q backup"' -s h -l help -d 'Print this help message and exit'
