@@ -87,8 +87,7 @@ int main(int argc, char** argv) {
   std::printf("| queue | receive+ack msg/s (median of %d) | vs standard |\n|---|---|---|\n",
               rounds);
   for (const auto& c : contenders)
-    std::printf("| %s | %.0f | %.2fx |\n", c.name.c_str(), median(c.rates),
-                median(c.rates) / base);
+    std::printf("| %s | %.0f | %.2fx |\n", c.name.c_str(), median(c.rates), median(c.rates) / base);
   fs::remove_all(dir);
   return 0;
 }

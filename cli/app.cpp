@@ -50,8 +50,7 @@ std::string Context::queue_file() const {
   } else if (const char* home = std::getenv("HOME"); home && *home) {
     data_home = std::string(home) + "/.local/share";
   } else {
-    throw q::Error(q::ErrorKind::Usage,
-                   "no queue file: set -f/--file or Q_FILE (HOME is not set)");
+    throw q::Error(q::ErrorKind::Usage, "no queue file: set -f/--file or Q_FILE (HOME is not set)");
   }
   return data_home + "/q/default.q";
 }
@@ -88,7 +87,8 @@ std::unique_ptr<q::Broker> Context::open_for_reading() const {
 bool write_stdout(const std::string& data) {
   if (q::files::write_all(STDOUT_FILENO, data)) return true;
   if (errno == EPIPE) std::_Exit(128 + SIGPIPE);  // the reader left: end quietly
-  std::cerr << error_prefix_text() << ": cannot write to standard output: " << std::strerror(errno) << "\n";
+  std::cerr << error_prefix_text() << ": cannot write to standard output: " << std::strerror(errno)
+            << "\n";
   return false;
 }
 
@@ -159,14 +159,12 @@ int run(int argc, char** argv) {
   });
 
   Context ctx;
-  CLI::App app{"q: a durable message queue in one file, for shell scripts and cron jobs.",
-               "q"};
+  CLI::App app{"q: a durable message queue in one file, for shell scripts and cron jobs.", "q"};
   app.formatter(help_formatter());
   app.require_subcommand(1);
   app.fallthrough();
-  app.set_version_flag("--version",
-                       fmt::format("q {} (queue file format {})", Q_VERSION,
-                                   q::store::kFormatVersion));
+  app.set_version_flag(
+      "--version", fmt::format("q {} (queue file format {})", Q_VERSION, q::store::kFormatVersion));
   app.add_option("-f,--file", ctx.file, "Queue file (default: $Q_FILE, else the XDG data path)")
       ->type_name("PATH");
   app.add_flag("--no-sync", ctx.no_sync,
@@ -228,7 +226,8 @@ int run(int argc, char** argv) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
       // A monitoring plugin answers UNKNOWN (3) on stdout for any failure.
-      if (CLI::App* named = named_command(app, argc, argv); named && command_path(named) == "q check") {
+      if (CLI::App* named = named_command(app, argc, argv);
+          named && command_path(named) == "q check") {
         std::string line = "Q UNKNOWN - " + parse_error_text(app, argc, argv, e) + "\n";
         return write_stdout(line) ? 3 : kIoErr;
       }

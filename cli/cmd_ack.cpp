@@ -29,8 +29,7 @@ void run_ack(const AckFlags& f, Context& ctx) {
     for (auto& line : split_records(read_stdin(), '\n'))
       if (!line.empty()) receipts.push_back(std::move(line));
     if (receipts.empty())
-      throw q::Error(q::ErrorKind::Usage,
-                     "ack: no receipts given: standard input was empty");
+      throw q::Error(q::ErrorKind::Usage, "ack: no receipts given: standard input was empty");
   }
   auto results = ctx.open()->ack(f.queue, receipts);
   bool stale = false, malformed = false;
@@ -40,8 +39,10 @@ void run_ack(const AckFlags& f, Context& ctx) {
     stale |= r.outcome == q::ReceiptOutcome::Stale;
     malformed |= r.outcome == q::ReceiptOutcome::Malformed;
   }
-  if (malformed) ctx.exit = kDataErr;
-  else if (stale) ctx.exit = kStale;
+  if (malformed)
+    ctx.exit = kDataErr;
+  else if (stale)
+    ctx.exit = kStale;
 }
 
 }  // namespace
@@ -50,8 +51,9 @@ void add_ack(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<AckFlags>();
   if (!ctx.wants("ack")) return;
   auto* cmd = app.add_subcommand(
-      "ack", "Acknowledge (delete) received messages by receipt; each receipt on its own. "
-             "Exit 3 if any was stale, 65 if any was malformed");
+      "ack",
+      "Acknowledge (delete) received messages by receipt; each receipt on its own. "
+      "Exit 3 if any was stale, 65 if any was malformed");
   cmd->add_option("QUEUE", f->queue, "Queue the messages came from")->required();
   cmd->add_option("RECEIPT", f->receipts, "Receipts; none: read them from stdin, one a line");
   cmd->callback([f, &ctx] { run_ack(*f, ctx); });

@@ -10,8 +10,9 @@ void add_backup(CLI::App& app, Context& ctx) {
   auto target = std::make_shared<std::string>();
   if (!ctx.wants("backup")) return;
   auto* cmd = app.add_subcommand(
-      "backup", "Write a consistent, compacted copy of the queue file to FILE while producers "
-                "and consumers keep running (replaced atomically)");
+      "backup",
+      "Write a consistent, compacted copy of the queue file to FILE while producers "
+      "and consumers keep running (replaced atomically)");
   cmd->add_option("FILE", *target, "Where the copy goes")->required();
   cmd->callback([target, &ctx] { ctx.open()->backup(*target); });
 }

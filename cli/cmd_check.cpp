@@ -41,7 +41,8 @@ void on_timeout(int) {
   char line[96];
   int n = std::snprintf(line, sizeof line, "Q UNKNOWN - timed out after %ds (-t/--timeout)\n",
                         static_cast<int>(g_timeout_seconds));
-  if (n > 0) [[maybe_unused]] auto w = ::write(STDOUT_FILENO, line, static_cast<std::size_t>(n));
+  if (n > 0) [[maybe_unused]]
+    auto w = ::write(STDOUT_FILENO, line, static_cast<std::size_t>(n));
   ::_exit(3);
 }
 
@@ -115,7 +116,8 @@ std::string summarise(const std::vector<std::string>& items, const char* noun) {
   for (std::size_t i = 0; i < items.size() && i < kShownItems; ++i)
     out += (i ? "; " : "") + items[i];
   if (items.size() > kShownItems)
-    out += fmt::format("; and {}", q::plural(items.size() - kShownItems, std::string("more ") + noun));
+    out +=
+        fmt::format("; and {}", q::plural(items.size() - kShownItems, std::string("more ") + noun));
   return out;
 }
 
@@ -156,7 +158,9 @@ struct Verdict {
     if (s == kOkStatus) return;
     status = std::max(status, s);
     double limit = s == kCritical ? *t->crit : *t->warn;
-    (s == kCritical ? criticals : warnings).push_back(fmt::format("{} {} ({} {:g}{})", what, shown, below ? "min" : "max", limit, unit));
+    (s == kCritical ? criticals : warnings)
+        .push_back(
+            fmt::format("{} {} ({} {:g}{})", what, shown, below ? "min" : "max", limit, unit));
   }
 };
 
@@ -171,8 +175,9 @@ void run_check(const CheckFlags& f, Context& ctx) {
     q::Millis sample = sample_flag(f.sample);
     q::Millis timeout = duration_flag("-t/--timeout", f.timeout).value_or(kDefaultTimeout);
     if (timeout < q::kSecond || timeout > kMaxSample + q::kMinute)
-      throw q::Error(q::ErrorKind::Usage, fmt::format("-t/--timeout '{}': must be between 1s and 11m",
-                                                      f.timeout.value_or("")));
+      throw q::Error(
+          q::ErrorKind::Usage,
+          fmt::format("-t/--timeout '{}': must be between 1s and 11m", f.timeout.value_or("")));
     if (min_rate && sample >= timeout)
       throw q::Error(q::ErrorKind::Usage,
                      fmt::format("--sample {} must be shorter than -t/--timeout {}",
@@ -216,7 +221,8 @@ void run_check(const CheckFlags& f, Context& ctx) {
       perf("dead", std::to_string(s.dead), max_dead);
       perf("oldest_age", fmt::format("{:.3f}s", age), max_age);
       perf("depth", std::to_string(r.backlog()), max_depth);
-      if (min_rate) perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate, /*minimum=*/true);
+      if (min_rate)
+        perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate, /*minimum=*/true);
     }
   } catch (const q::Error& e) {
     ctx.out += fmt::format("Q UNKNOWN - {}\n", error_text(e));
@@ -243,13 +249,15 @@ void add_check(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<CheckFlags>();
   if (!ctx.wants("check")) return;
   auto* cmd = app.add_subcommand(
-      "check", "Check queue health for monitoring: one status line with perfdata; exit 0 OK, "
-               "1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error, usage errors included, on "
-               "stdout). Thresholds are CRIT or WARN,CRIT");
+      "check",
+      "Check queue health for monitoring: one status line with perfdata; exit 0 OK, "
+      "1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error, usage errors included, on "
+      "stdout). Thresholds are CRIT or WARN,CRIT");
   cmd->add_option("QUEUE", f->queue, "Only this queue (default: every queue)");
   cmd->add_option("--max-dead", f->max_dead, "Dead letters above this are bad, like 0 or 0,10")
       ->type_name("[W,]C");
-  cmd->add_option("--max-age", f->max_age, "Oldest message older than this is bad, like 5m or 1m,5m")
+  cmd->add_option("--max-age", f->max_age,
+                  "Oldest message older than this is bad, like 5m or 1m,5m")
       ->type_name("[W,]C");
   cmd->add_option("--max-depth", f->max_depth, "More waiting messages than this is bad")
       ->type_name("[W,]C");

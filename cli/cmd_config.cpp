@@ -16,8 +16,9 @@ void add_config(CLI::App& app, Context& ctx) {
   config->add_flag("--json", config_flags->json, "Print the settings as one JSON object");
   auto* fifo = config->add_flag("--fifo", config_flags->fifo,
                                 "Fails unless the queue is FIFO: a queue's kind cannot change");
-  config->add_flag("--standard", config_flags->standard,
-                   "Fails unless the queue is standard: a queue's kind cannot change")
+  config
+      ->add_flag("--standard", config_flags->standard,
+                 "Fails unless the queue is standard: a queue's kind cannot change")
       ->excludes(fifo);
   config->callback([config_flags, &ctx] {
     auto change = config_flags->change();

@@ -83,9 +83,10 @@ std::string settings_text(const std::string& queue, const q::QueueConfig& c, boo
 void add_create(CLI::App& app, Context& ctx) {
   auto create_flags = std::make_shared<SettingsFlags>();
   if (!ctx.wants("create")) return;
-  auto* create = app.add_subcommand(
-      "create", "Create a queue (and the queue file when missing); an existing queue with "
-                "the same settings is fine");
+  auto* create =
+      app.add_subcommand("create",
+                         "Create a queue (and the queue file when missing); an existing queue with "
+                         "the same settings is fine");
   add_settings(create, *create_flags);
   create->add_flag("--fifo", create_flags->fifo,
                    "A FIFO queue: messages carry a --group and each group is delivered in send "

@@ -18,8 +18,9 @@ struct DeleteFlags {
 void run_delete(const DeleteFlags& f, Context& ctx) {
   auto broker = ctx.open();
   auto s = broker->stats(f.queue).at(0);
-  std::string counts = fmt::format("{}, {}", q::plural(s.visible + s.in_flight + s.delayed, "message"),
-                                   q::plural(s.dead, "dead letter"));
+  std::string counts =
+      fmt::format("{}, {}", q::plural(s.visible + s.in_flight + s.delayed, "message"),
+                  q::plural(s.dead, "dead letter"));
   if (f.destructive.dry_run) {
     ctx.out += fmt::format("would delete queue {} ({})\n", f.queue, counts);
     return;
@@ -40,9 +41,10 @@ void run_delete(const DeleteFlags& f, Context& ctx) {
 void add_delete(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<DeleteFlags>();
   if (!ctx.wants("delete")) return;
-  auto* cmd = app.add_subcommand(
-      "delete", "Delete a queue with all its messages and dead letters. Asks first on a "
-                "terminal; the counts go to stderr");
+  auto* cmd =
+      app.add_subcommand("delete",
+                         "Delete a queue with all its messages and dead letters. Asks first on a "
+                         "terminal; the counts go to stderr");
   cmd->add_option("QUEUE", f->queue, "Queue to delete")->required();
   add_destructive_flags(cmd, f->destructive);
   cmd->callback([f, &ctx] { run_delete(*f, ctx); });

@@ -31,7 +31,7 @@ struct DlqListFlags {
 struct Group {
   std::uint64_t count = 0;
   q::Millis first = INT64_MAX, last = INT64_MIN;  // dead_at
-  std::size_t order = 0;  // first seen, to break ties
+  std::size_t order = 0;                          // first seen, to break ties
 };
 
 void run_list(const DlqListFlags& f, Context& ctx) {
@@ -39,8 +39,10 @@ void run_list(const DlqListFlags& f, Context& ctx) {
   if (f.by_reason && f.by && *f.by != "reason")
     throw q::Error(q::ErrorKind::Usage, "--by-reason and --by " + *f.by + ": choose one");
   std::optional<GroupBy> by;
-  if (f.by) by = parse_group_by(*f.by);
-  else if (f.by_reason) by = GroupBy{};
+  if (f.by)
+    by = parse_group_by(*f.by);
+  else if (f.by_reason)
+    by = GroupBy{};
   q::Millis now = ctx.clock().now();
   // One dead letter at a time: memory follows what is shown, not the queue.
   std::vector<q::Message> letters;
@@ -69,9 +71,10 @@ void run_list(const DlqListFlags& f, Context& ctx) {
                         : by->kind == GroupBy::Attribute ? "value"
                                                          : "reason";
     Table t;
-    t.row({"COUNT", "FIRST", "LAST", by->kind == GroupBy::Exit        ? "EXIT"
-                                     : by->kind == GroupBy::Attribute ? "ATTR " + by->attribute
-                                                                      : "REASON"});
+    t.row({"COUNT", "FIRST", "LAST",
+           by->kind == GroupBy::Exit        ? "EXIT"
+           : by->kind == GroupBy::Attribute ? "ATTR " + by->attribute
+                                            : "REASON"});
     for (const auto& [key, g] : sorted) {
       if (f.json) {
         JsonObject o;
@@ -108,8 +111,9 @@ void add_dlq(CLI::App& app, Context& ctx) {
 
   auto f = std::make_shared<DlqListFlags>();
   auto* list = dlq->add_subcommand(
-      "list", "List dead letters, oldest first: id, age, receive count, reason and a body "
-              "preview (--json: whole records; --by-reason: counts per reason)");
+      "list",
+      "List dead letters, oldest first: id, age, receive count, reason and a body "
+      "preview (--json: whole records; --by-reason: counts per reason)");
   list->add_option("QUEUE", f->queue, "Queue whose dead letters to list")->required();
   list->add_option("-n,--max", f->max, "List at most N")
       ->type_name("N")
@@ -139,8 +143,8 @@ void add_dlq(CLI::App& app, Context& ctx) {
   show->callback([show_flags, &ctx] {
     auto m = ctx.open_for_reading()->find_dead_letter(show_flags->queue, show_flags->id);
     if (!m)
-      throw q::Error(q::ErrorKind::NotFound, fmt::format("queue {}: no dead letter {}",
-                                                         show_flags->queue, show_flags->id));
+      throw q::Error(q::ErrorKind::NotFound,
+                     fmt::format("queue {}: no dead letter {}", show_flags->queue, show_flags->id));
     ctx.out += show_flags->json ? message_json(*m, true) : m->body;
   });
 
@@ -151,8 +155,9 @@ void add_dlq(CLI::App& app, Context& ctx) {
   };
   auto delete_flags = std::make_shared<DeleteFlags>();
   auto* del = dlq->add_subcommand(
-      "delete", "Discard the dead letters named (after inspection); prints what it removed. "
-                "Exit 66 if any id was not found");
+      "delete",
+      "Discard the dead letters named (after inspection); prints what it removed. "
+      "Exit 66 if any id was not found");
   del->add_option("QUEUE", delete_flags->queue, "Queue of the dead letters")->required();
   del->add_option("ID", delete_flags->ids, "Message ids")->required();
   add_destructive_flags(del, delete_flags->destructive);
@@ -200,8 +205,9 @@ void add_dlq(CLI::App& app, Context& ctx) {
     DestructiveFlags destructive;
   };
   auto purge_flags = std::make_shared<PurgeFlags>();
-  auto* purge = dlq->add_subcommand("purge", "Discard every dead letter of a queue. Asks first "
-                                             "on a terminal; the count goes to stderr");
+  auto* purge = dlq->add_subcommand("purge",
+                                    "Discard every dead letter of a queue. Asks first "
+                                    "on a terminal; the count goes to stderr");
   purge->add_option("QUEUE", purge_flags->queue, "Queue whose dead letters to discard")->required();
   add_destructive_flags(purge, purge_flags->destructive);
   purge->callback([purge_flags, &ctx] {

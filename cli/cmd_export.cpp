@@ -12,8 +12,9 @@ void add_export(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
   if (!ctx.wants("export")) return;
   auto* cmd = app.add_subcommand(
-      "export", "Write every message of a queue, dead letters included, as JSON lines: id, "
-                "body (or body_base64), attributes, times, receive count, state");
+      "export",
+      "Write every message of a queue, dead letters included, as JSON lines: id, "
+      "body (or body_base64), attributes, times, receive count, state");
   cmd->add_option("QUEUE", *queue, "Queue to export")->required();
   cmd->callback([queue, &ctx] {
     // Streamed: what is printed leaves in pieces of 64 KiB, so memory stays

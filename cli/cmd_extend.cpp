@@ -26,9 +26,10 @@ void run_extend(const ExtendFlags& f, Context& ctx) {
 void add_extend(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<ExtendFlags>();
   if (!ctx.wants("extend")) return;
-  auto* cmd = app.add_subcommand(
-      "extend", "Keep a received message hidden until now + DUR (at most 12h after its "
-                "receive); the receipt stays valid");
+  auto* cmd =
+      app.add_subcommand("extend",
+                         "Keep a received message hidden until now + DUR (at most 12h after its "
+                         "receive); the receipt stays valid");
   cmd->add_option("QUEUE", f->queue, "Queue the message came from")->required();
   cmd->add_option("RECEIPT", f->receipt, "Receipt from 'q receive'")->required();
   cmd->add_option("--by", f->by, "New visibility timeout, counted from now")

@@ -69,11 +69,16 @@ q::Message parse_line(const std::string& line, std::size_t number) {
   }
   m.sent_at = time("sent_at").value_or(q::SystemClock().now());
   auto state = text("state").value_or("visible");
-  if (state == "visible") m.state = q::MessageState::Visible;
-  else if (state == "in_flight") m.state = q::MessageState::InFlight;
-  else if (state == "delayed") m.state = q::MessageState::Delayed;
-  else if (state == "dead") m.state = q::MessageState::Dead;
-  else throw bad(fmt::format("unknown state \"{}\"", state));
+  if (state == "visible")
+    m.state = q::MessageState::Visible;
+  else if (state == "in_flight")
+    m.state = q::MessageState::InFlight;
+  else if (state == "delayed")
+    m.state = q::MessageState::Delayed;
+  else if (state == "dead")
+    m.state = q::MessageState::Dead;
+  else
+    throw bad(fmt::format("unknown state \"{}\"", state));
   m.visible_at = time("visible_at").value_or(0);
   m.first_received_at = time("first_received_at");
   m.last_received_at = time("last_received_at");
@@ -139,8 +144,9 @@ void add_import(CLI::App& app, Context& ctx) {
   auto skip_existing = std::make_shared<bool>(false);
   if (!ctx.wants("import")) return;
   auto* cmd = app.add_subcommand(
-      "import", "Read JSON lines as written by 'q export' from standard input into QUEUE, in "
-                "one transaction; ids are kept where free. Prints the ids, one a line");
+      "import",
+      "Read JSON lines as written by 'q export' from standard input into QUEUE, in "
+      "one transaction; ids are kept where free. Prints the ids, one a line");
   cmd->add_option("QUEUE", *queue, "Queue to import into")->required();
   cmd->add_flag("--create", *create, "Create the queue (standard, default settings) if missing");
   cmd->add_flag("--skip-existing", *skip_existing,
@@ -163,8 +169,8 @@ void add_import(CLI::App& app, Context& ctx) {
       std::size_t skipped = 0;
       for (const auto& id : given) skipped += !id.empty() && !stored.count(id);
       if (skipped > 0)
-        print_error(fmt::format("import: skipped {} already in {}", q::plural(skipped, "message"),
-                                *queue));
+        print_error(
+            fmt::format("import: skipped {} already in {}", q::plural(skipped, "message"), *queue));
     }
   });
 }

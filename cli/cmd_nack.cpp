@@ -33,9 +33,10 @@ void run_nack(const NackFlags& f, Context& ctx) {
 void add_nack(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<NackFlags>();
   if (!ctx.wants("nack")) return;
-  auto* cmd = app.add_subcommand(
-      "nack", "Release a received message for another delivery: now, after --delay, or "
-              "after a jittered --backoff. The receipt is spent");
+  auto* cmd =
+      app.add_subcommand("nack",
+                         "Release a received message for another delivery: now, after --delay, or "
+                         "after a jittered --backoff. The receipt is spent");
   cmd->add_option("QUEUE", f->queue, "Queue the message came from")->required();
   cmd->add_option("RECEIPT", f->receipt, "Receipt from 'q receive'")->required();
   auto* delay = cmd->add_option("--delay", f->delay, "Visible again after DUR (at most 12h)")
@@ -44,10 +45,8 @@ void add_nack(CLI::App& app, Context& ctx) {
                 "Visible again after a random delay in [0, min(cap, base * 2^(receives-1))] "
                 "(full jitter)")
       ->excludes(delay);
-  cmd->add_option("--backoff-base", f->backoff_base, "Backoff base (default 1s)")
-      ->type_name("DUR");
-  cmd->add_option("--backoff-cap", f->backoff_cap, "Backoff cap (default 15m)")
-      ->type_name("DUR");
+  cmd->add_option("--backoff-base", f->backoff_base, "Backoff base (default 1s)")->type_name("DUR");
+  cmd->add_option("--backoff-cap", f->backoff_cap, "Backoff cap (default 15m)")->type_name("DUR");
   cmd->add_option("--reason", f->reason,
                   "Why it failed; kept with the message and shown by 'q dlq list'")
       ->type_name("TEXT");

@@ -32,9 +32,10 @@ void add_pause(CLI::App& app, Context& ctx) {
   if (!ctx.wants("pause")) return;
   auto f = std::make_shared<PauseFlags>();
   auto* cmd = app.add_subcommand(
-      "pause", "Stop deliveries of a queue (receive finds nothing, exit 1; q work idles) until "
-               "'q resume' or --for ends; sends are still accepted. Pausing again replaces the "
-               "pause");
+      "pause",
+      "Stop deliveries of a queue (receive finds nothing, exit 1; q work idles) until "
+      "'q resume' or --for ends; sends are still accepted. Pausing again replaces the "
+      "pause");
   cmd->add_option("QUEUE", f->queue, "Queue to pause")->required();
   cmd->add_option("--for", f->for_, "End the pause after DUR (default: until 'q resume')")
       ->type_name("DUR");

@@ -31,8 +31,9 @@ void add_peek(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<PeekFlags>();
   if (!ctx.wants("peek")) return;
   auto* cmd = app.add_subcommand(
-      "peek", "Show the oldest messages of a queue without receiving them (no receive count "
-              "change): ID, STATE, RECEIVE_COUNT, BODY separated by tabs");
+      "peek",
+      "Show the oldest messages of a queue without receiving them (no receive count "
+      "change): ID, STATE, RECEIVE_COUNT, BODY separated by tabs");
   cmd->add_option("QUEUE", f->queue, "Queue to look at")->required();
   cmd->add_option("-n,--max", f->max, "Show up to N messages (default 10)")
       ->type_name("N")

@@ -20,14 +20,15 @@ void run_purge(const PurgeFlags& f, Context& ctx) {
   auto s = broker->stats(f.queue).at(0);
   std::uint64_t n = s.visible + s.in_flight + s.delayed;
   if (f.destructive.dry_run) {
-    ctx.out += fmt::format("would purge {} from {} (visible {}, in flight {}, delayed {}; {} "
-                           "stay)\n",
-                           q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
-                           q::plural(s.dead, "dead letter"));
+    ctx.out += fmt::format(
+        "would purge {} from {} (visible {}, in flight {}, delayed {}; {} "
+        "stay)\n",
+        q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
+        q::plural(s.dead, "dead letter"));
     return;
   }
-  if (!confirmed(f.destructive,
-                 fmt::format("purge {} from {} (dead letters stay)?", q::plural(n, "message"), f.queue))) {
+  if (!confirmed(f.destructive, fmt::format("purge {} from {} (dead letters stay)?",
+                                            q::plural(n, "message"), f.queue))) {
     print_error(fmt::format("purge: nothing was purged from {}", f.queue));
     ctx.exit = kEmpty;
     return;
@@ -42,8 +43,9 @@ void add_purge(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<PurgeFlags>();
   if (!ctx.wants("purge")) return;
   auto* cmd = app.add_subcommand(
-      "purge", "Remove every message of a queue, visible, in flight or delayed (dead letters "
-               "stay; see 'q dlq purge'). Asks first on a terminal; the count goes to stderr");
+      "purge",
+      "Remove every message of a queue, visible, in flight or delayed (dead letters "
+      "stay; see 'q dlq purge'). Asks first on a terminal; the count goes to stderr");
   cmd->add_option("QUEUE", f->queue, "Queue to empty")->required();
   add_destructive_flags(cmd, f->destructive);
   cmd->callback([f, &ctx] { run_purge(*f, ctx); });

@@ -42,8 +42,8 @@ void run_receive(const ReceiveFlags& f, Context& ctx) {
     if (f.json)
       ctx.out += message_json(m, false);
     else
-      ctx.out += fmt::format("{}\t{}\t{}\t{}\n", m.id, m.receipt, m.receive_count,
-                             text_escape(m.body));
+      ctx.out +=
+          fmt::format("{}\t{}\t{}\t{}\n", m.id, m.receipt, m.receive_count, text_escape(m.body));
   }
 }
 

@@ -104,8 +104,9 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
     } catch (const q::Error& e) {
       if (moved == 0) throw;
       // Some moved already: say how many, and exit "partly done".
-      std::fprintf(stderr, "q redrive: %s\nq redrive: redrive stopped after %zu of %zu dead letters of %s\n",
-                   error_text(e).c_str(), moved, options.ids.size(), f.queue.c_str());
+      std::fprintf(
+          stderr, "q redrive: %s\nq redrive: redrive stopped after %zu of %zu dead letters of %s\n",
+          error_text(e).c_str(), moved, options.ids.size(), f.queue.c_str());
       ctx.exit = kPartial;
       return;
     }
@@ -115,8 +116,8 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
       return;
     }
   }
-  std::fprintf(stderr, "q redrive: redrove %zu of %zu dead letters of %s\n", moved, options.ids.size(),
-               f.queue.c_str());
+  std::fprintf(stderr, "q redrive: redrove %zu of %zu dead letters of %s\n", moved,
+               options.ids.size(), f.queue.c_str());
 }
 
 }  // namespace
@@ -125,9 +126,10 @@ void add_redrive(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<RedriveFlags>();
   if (!ctx.wants("redrive")) return;
   auto* cmd = app.add_subcommand(
-      "redrive", "Move dead letters back into their queue (or --to another), oldest first, once "
-                 "the bug is fixed; each keeps its id and starts again at receive count 0. "
-                 "Prints the ids moved");
+      "redrive",
+      "Move dead letters back into their queue (or --to another), oldest first, once "
+      "the bug is fixed; each keeps its id and starts again at receive count 0. "
+      "Prints the ids moved");
   cmd->add_option("QUEUE", f->queue, "Queue whose dead letters move")->required();
   cmd->add_option("--id", f->ids, "Move only this dead letter (repeatable)")
       ->type_name("ID")

@@ -71,9 +71,8 @@ void send_stream(const SendFlags& f, Context& ctx, const q::SendOptions& options
       if (results.empty()) break;
     } catch (const q::Error& e) {
       if (sent == 0) throw;
-      throw q::Error(e.kind(), fmt::format("{} (in this batch; the {} before it {} sent)",
-                                           e.what(), q::plural(sent, "message"),
-                                           sent == 1 ? "was" : "were"));
+      throw q::Error(e.kind(), fmt::format("{} (in this batch; the {} before it {} sent)", e.what(),
+                                           q::plural(sent, "message"), sent == 1 ? "was" : "were"));
     }
   }
 }
@@ -122,8 +121,9 @@ void add_send(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<SendFlags>();
   if (!ctx.wants("send")) return;
   auto* cmd = app.add_subcommand(
-      "send", "Send a message (BODY, or standard input when BODY is absent or '-'); prints "
-              "its id");
+      "send",
+      "Send a message (BODY, or standard input when BODY is absent or '-'); prints "
+      "its id");
   cmd->add_option("QUEUE", f->queue, "Queue to send to")->required();
   cmd->add_option("BODY", f->body, "Message body, taken verbatim; '-' or absent: stdin");
   auto* lines = cmd->add_flag("--lines", f->lines,
@@ -132,8 +132,8 @@ void add_send(CLI::App& app, Context& ctx) {
                               "transaction");
   auto* null = cmd->add_flag("-0,--null", f->null, "One message per NUL-terminated record");
   lines->excludes(null);
-  auto* delay = cmd->add_option("--delay", f->delay, "Make the message visible after DUR")
-                    ->type_name("DUR");
+  auto* delay =
+      cmd->add_option("--delay", f->delay, "Make the message visible after DUR")->type_name("DUR");
   cmd->add_option("--at", f->at, "Make the message visible at TIME")
       ->type_name("TIME")
       ->excludes(delay);
@@ -148,8 +148,9 @@ void add_send(CLI::App& app, Context& ctx) {
   cmd->add_option("--group", f->group,
                   "FIFO queues: the message group; each group is delivered in send order")
       ->type_name("ID");
-  cmd->add_flag("--create", f->create, "Create the queue (and file) with default settings if "
-                                       "missing");
+  cmd->add_flag("--create", f->create,
+                "Create the queue (and file) with default settings if "
+                "missing");
   auto* quiet = cmd->add_flag("-q,--quiet", f->quiet, "Print nothing on success");
   cmd->add_flag("--json", f->json, "Print {\"id\":..,\"duplicate\":..} per message")
       ->excludes(quiet);

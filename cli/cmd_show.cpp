@@ -77,8 +77,9 @@ std::string show_text(const std::string& queue, const q::Message& m, q::Millis n
   out += fmt::format("attempts        {} (the last {} are kept)\n", m.attempts.size(),
                      q::kMaxAttempts);
   for (const auto& a : m.attempts) {
-    out += fmt::format("  #{}  received {}  by pid {}{}\n", a.receive, q::format_time(a.received_at),
-                       a.pid, a.worker_since != 0 ? " (q work)" : "");
+    out +=
+        fmt::format("  #{}  received {}  by pid {}{}\n", a.receive, q::format_time(a.received_at),
+                    a.pid, a.worker_since != 0 ? " (q work)" : "");
     if (!a.command.empty()) out += "      command: " + text_escape(a.command) + "\n";
     std::string end = how_it_ended(a);
     if (a.end != q::AttemptEnd::Open)
@@ -102,7 +103,8 @@ std::string show_text(const std::string& queue, const q::Message& m, q::Millis n
 
 void run_show(const ShowFlags& f, Context& ctx) {
   auto m = ctx.open_for_reading()->show(f.queue, f.id);
-  if (!m) throw q::Error(q::ErrorKind::NotFound, fmt::format("queue {}: no message {}", f.queue, f.id));
+  if (!m)
+    throw q::Error(q::ErrorKind::NotFound, fmt::format("queue {}: no message {}", f.queue, f.id));
   if (!f.json) {
     ctx.out += show_text(f.queue, *m, q::SystemClock().now());
     return;
@@ -123,9 +125,10 @@ void add_show(CLI::App& app, Context& ctx) {
   if (!ctx.wants("show")) return;
   auto f = std::make_shared<ShowFlags>();
   auto* cmd = app.add_subcommand(
-      "show", "Show one message, live or dead: body, attributes, state, times and its attempt "
-              "history (the last 8 deliveries: who received it, how each ended). Exit 66 when "
-              "there is no such message");
+      "show",
+      "Show one message, live or dead: body, attributes, state, times and its attempt "
+      "history (the last 8 deliveries: who received it, how each ended). Exit 66 when "
+      "there is no such message");
   cmd->add_option("QUEUE", f->queue, "Queue of the message")->required();
   cmd->add_option("ID", f->id, "Message id (like m1f)")->required();
   cmd->add_flag("--json", f->json, "One JSON object with the message and an \"attempts\" array");

@@ -108,11 +108,16 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
 std::string prometheus_label(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else if (c < 0x20 || c == 0x7F) out += ' ';
-    else out += static_cast<char>(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c < 0x20 || c == 0x7F)
+      out += ' ';
+    else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -191,8 +196,7 @@ std::string prometheus(const std::vector<q::QueueStats>& all, const std::string&
       if (s.config.fifo) out += fmt::format("q_groups{{{}}} {}\n", labels(s), s.groups);
     family("q_held_groups", "gauge", "FIFO queues: groups held by a delivery in flight.");
     for (const auto& s : all)
-      if (s.config.fifo)
-        out += fmt::format("q_held_groups{{{}}} {}\n", labels(s), s.held_groups);
+      if (s.config.fifo) out += fmt::format("q_held_groups{{{}}} {}\n", labels(s), s.held_groups);
   }
   return out;
 }
@@ -204,9 +208,9 @@ void write_atomically(const std::string& path, const std::string& data) {
   auto fail = [&](const char* doing) {
     int err = errno;
     // A missing directory is "not found" (66), as for q backup.
-    throw q::Error(err == EACCES || err == EPERM ? q::ErrorKind::Permission
+    throw q::Error(err == EACCES || err == EPERM     ? q::ErrorKind::Permission
                    : err == ENOENT || err == ENOTDIR ? q::ErrorKind::NotFound
-                                                    : q::ErrorKind::Io,
+                                                     : q::ErrorKind::Io,
                    fmt::format("--output {}: {}: {}", path, doing, std::strerror(err)));
   };
   if (file.fd() < 0) fail("cannot create");
@@ -245,8 +249,7 @@ void watch(const StatsFlags& f, Context& ctx, q::Millis interval) {
 void run_stats(const StatsFlags& f, Context& ctx) {
   if (f.watch) {
     q::Millis interval = duration_flag("--interval", f.interval).value_or(q::kSecond);
-    if (interval < 100)
-      throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
+    if (interval < 100) throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
     watch(f, ctx, interval);
     return;
   }
@@ -270,9 +273,10 @@ void run_stats(const StatsFlags& f, Context& ctx) {
 void add_stats(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<StatsFlags>();
   if (!ctx.wants("stats")) return;
-  auto* cmd = app.add_subcommand(
-      "stats", "Show every queue (or one): visible, in flight, delayed, dead, age of the "
-               "oldest message, and lifetime counters");
+  auto* cmd =
+      app.add_subcommand("stats",
+                         "Show every queue (or one): visible, in flight, delayed, dead, age of the "
+                         "oldest message, and lifetime counters");
   cmd->add_option("QUEUE", f->queue, "Only this queue");
   auto* json = cmd->add_flag("--json", f->json, "One JSON object a line per queue");
   auto* prom = cmd->add_flag("--prometheus", f->prometheus,

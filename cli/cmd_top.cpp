@@ -117,7 +117,7 @@ void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
     if (left <= 0) return;
     pollfd p{STDIN_FILENO, POLLIN, 0};
     if (::poll(&p, keys ? 1 : 0, static_cast<int>(left)) <= 0) continue;  // timeout or signal
-    if (p.revents & (POLLHUP | POLLERR)) {  // the terminal went away
+    if (p.revents & (POLLHUP | POLLERR)) {                                // the terminal went away
       g_quit = true;
       return;
     }
@@ -156,17 +156,19 @@ void run_top(const TopFlags& f, Context& ctx) {
     auto queues = meter.sample(*broker, f.queue);
     auto [cols, rows] = Screen::size();
     // 80 columns: 68 for the figures, 12 for the sparkline; wider shows more history.
-    const std::size_t spark = cols > 80 ? std::min<std::size_t>(60, static_cast<std::size_t>(cols) - 68) : 12;
+    const std::size_t spark =
+        cols > 80 ? std::min<std::size_t>(60, static_cast<std::size_t>(cols) - 68) : 12;
     std::string frame = "\033[H\033[2J";
     auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
     auto red = [&](const std::string& s) { return color ? "\033[31m" + s + "\033[0m" : s; };
     std::string now = q::format_time(q::SystemClock().now()).substr(11, 8);
-    frame += bold(fit(fmt::format("q top  {}  {}  ({})  q: quit", now, file, q::plural(queues.size(), "queue")),
+    frame += bold(fit(fmt::format("q top  {}  {}  ({})  q: quit", now, file,
+                                  q::plural(queues.size(), "queue")),
                       static_cast<std::size_t>(cols))) +
              "\r\n\r\n";
-    std::string header = fmt::format("{:<10} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6}  {:<{}} {:>7} {:>8}",
-                                     "QUEUE", "VISIBL", "INFL", "DELAY", "DEAD", "IN/s", "OUT/s",
-                                     "DEPTH", spark, "OLDEST", "EMPTY IN");
+    std::string header = fmt::format(
+        "{:<10} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6}  {:<{}} {:>7} {:>8}", "QUEUE", "VISIBL", "INFL",
+        "DELAY", "DEAD", "IN/s", "OUT/s", "DEPTH", spark, "OLDEST", "EMPTY IN");
     frame += (color ? "\033[7m" + header + "\033[0m" : header) + "\r\n";
     int line = 4;
     for (const auto& r : queues) {
@@ -184,10 +186,10 @@ void run_top(const TopFlags& f, Context& ctx) {
                            r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, spark),
                            short_duration(s.oldest_age),
                            // An idle empty queue has nothing to empty: "-".
-                           s.pause                        ? "paused"
+                           s.pause                           ? "paused"
                            : !r.measured || r.backlog() == 0 ? "-"
-                           : empty                        ? short_duration(empty)
-                                                          : "never");
+                           : empty                           ? short_duration(empty)
+                                                             : "never");
       ++line;
     }
     // Pauses, with their end and reason, below the table.
@@ -196,8 +198,9 @@ void run_top(const TopFlags& f, Context& ctx) {
       if (!s.pause || line >= rows) continue;
       std::string until = s.pause->until ? "until " + q::format_time(s.pause->until)
                                          : std::string("until 'q resume'");
-      std::string text = fmt::format("{} paused {}{}", s.name, until,
-                                     s.pause->reason.empty() ? "" : ": " + text_escape(s.pause->reason));
+      std::string text =
+          fmt::format("{} paused {}{}", s.name, until,
+                      s.pause->reason.empty() ? "" : ": " + text_escape(s.pause->reason));
       frame += red(fit(text, static_cast<std::size_t>(cols))) + "\r\n";
       ++line;
     }
@@ -214,8 +217,9 @@ void add_top(CLI::App& app, Context& ctx) {
   auto f = std::make_shared<TopFlags>();
   if (!ctx.wants("top")) return;
   auto* cmd = app.add_subcommand(
-      "top", "Live full-screen view of every queue: counts, in and out rates, depth sparkline, "
-             "oldest message, time to empty. q or Ctrl-C quits");
+      "top",
+      "Live full-screen view of every queue: counts, in and out rates, depth sparkline, "
+      "oldest message, time to empty. q or Ctrl-C quits");
   cmd->add_option("QUEUE", f->queue, "Only this queue");
   cmd->add_option("--interval", f->interval, "Refresh every DUR (default 1s)")->type_name("DUR");
   cmd->callback([f, &ctx] { run_top(*f, ctx); });

@@ -10,9 +10,10 @@ namespace cli {
 void add_verify(CLI::App& app, Context& ctx) {
   if (!ctx.wants("verify")) return;
   auto* cmd = app.add_subcommand(
-      "verify", "Check the whole queue file, read-only and safe while it is in use: every "
-                "record's checksum, every index entry, the counters. Exit 0 only when all is "
-                "consistent, else 74 with one line per problem");
+      "verify",
+      "Check the whole queue file, read-only and safe while it is in use: every "
+      "record's checksum, every index entry, the counters. Exit 0 only when all is "
+      "consistent, else 74 with one line per problem");
   cmd->callback([&ctx] {
     auto problems = ctx.open_for_reading()->verify();
     for (const auto& p : problems) ctx.out += p + "\n";

@@ -37,8 +37,8 @@ q::Error bad_flag(const std::string& text) { return q::Error(q::ErrorKind::Usage
 void validate(const WorkOptions& o) {
   if (o.timeout && *o.timeout <= 0)
     throw bad_flag("--timeout 0s: must be more than 0 (leave it out for no time limit)");
-  if (o.visibility_timeout &&
-      (*o.visibility_timeout < kMinWorkVisibility || *o.visibility_timeout > q::kMaxVisibilityTimeout))
+  if (o.visibility_timeout && (*o.visibility_timeout < kMinWorkVisibility ||
+                               *o.visibility_timeout > q::kMaxVisibilityTimeout))
     throw bad_flag(fmt::format(
         "--visibility-timeout {}: must be between {} (the heartbeat extends the lease every "
         "third of it) and 12h",
@@ -55,11 +55,13 @@ void validate(const WorkOptions& o) {
 WorkOptions::Trip trip_flag(const std::string& text) {
   auto slash = text.find('/');
   auto bad = [&](const std::string& why) {
-    return bad_flag(fmt::format("--trip '{}': {} (like 5/1m: 5 failures within a minute)", text, why));
+    return bad_flag(
+        fmt::format("--trip '{}': {} (like 5/1m: 5 failures within a minute)", text, why));
   };
   if (slash == std::string::npos) throw bad("expected N/DUR");
   std::string count = text.substr(0, slash);
-  if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos)
+  if (count.empty() || count.size() > 6 ||
+      count.find_first_not_of("0123456789") != std::string::npos)
     throw bad("N must be a whole number from 1 to 999999");
   WorkOptions::Trip trip;
   trip.failures = std::stoull(count);
@@ -111,8 +113,7 @@ void add_work(CLI::App& app, Context& ctx) {
       "0 acks, 65 dead-letters at once, anything else retries with backoff. Exit 4 when any "
       "message failed");
   cmd->add_option("QUEUE", f->queue, "Queue to consume")->required();
-  cmd->add_option("COMMAND", f->command, "Command and arguments, after '--'; no shell")
-      ->required();
+  cmd->add_option("COMMAND", f->command, "Command and arguments, after '--'; no shell")->required();
   cmd->add_option("-j,--concurrency", f->concurrency, "Run up to N commands at once (default 1)")
       ->type_name("N")
       ->check(CLI::Range(1, 1024));
@@ -120,8 +121,9 @@ void add_work(CLI::App& app, Context& ctx) {
                   "SIGTERM a command still running DUR after its start (SIGKILL after "
                   "--kill-after); counts as a failure")
       ->type_name("DUR");
-  cmd->add_option("--kill-after", f->kill_after, "SIGKILL this long after the SIGTERM of a "
-                                                 "timeout or a stop (default 5s)")
+  cmd->add_option("--kill-after", f->kill_after,
+                  "SIGKILL this long after the SIGTERM of a "
+                  "timeout or a stop (default 5s)")
       ->type_name("DUR");
   cmd->add_option("--backoff-base", f->backoff_base, "First retry delay ceiling (default 1s)")
       ->type_name("DUR");

@@ -26,7 +26,8 @@ bool confirmed(const DestructiveFlags& flags, const std::string& question) {
     return false;
   }
   for (auto& c : answer) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  while (!answer.empty() && std::isspace(static_cast<unsigned char>(answer.back()))) answer.pop_back();
+  while (!answer.empty() && std::isspace(static_cast<unsigned char>(answer.back())))
+    answer.pop_back();
   return answer == "y" || answer == "yes";
 }
 

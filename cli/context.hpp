@@ -15,24 +15,24 @@ namespace cli {
 // Exit codes, the same for every command (sysexits where one fits).
 enum Exit : int {
   kOk = 0,
-  kEmpty = 1,        // nothing to receive
-  kStale = 3,        // a receipt is stale
-  kPartial = 4,      // partly done: some moved or ran, then it stopped (see the command's page)
-  kUsage = 64,       // EX_USAGE
-  kDataErr = 65,     // EX_DATAERR: too large, malformed receipt or attribute
-  kNoInput = 66,     // EX_NOINPUT: no such queue file, queue or message
-  kUnavailable = 69, // EX_UNAVAILABLE: writer lock not granted within --lock-timeout
-  kIoErr = 74,       // EX_IOERR: I/O error, disk full, corrupt or incompatible file
-  kTempFail = 75,    // EX_TEMPFAIL: queue full, nothing written
-  kNoPerm = 77,      // EX_NOPERM
+  kEmpty = 1,         // nothing to receive
+  kStale = 3,         // a receipt is stale
+  kPartial = 4,       // partly done: some moved or ran, then it stopped (see the command's page)
+  kUsage = 64,        // EX_USAGE
+  kDataErr = 65,      // EX_DATAERR: too large, malformed receipt or attribute
+  kNoInput = 66,      // EX_NOINPUT: no such queue file, queue or message
+  kUnavailable = 69,  // EX_UNAVAILABLE: writer lock not granted within --lock-timeout
+  kIoErr = 74,        // EX_IOERR: I/O error, disk full, corrupt or incompatible file
+  kTempFail = 75,     // EX_TEMPFAIL: queue full, nothing written
+  kNoPerm = 77,       // EX_NOPERM
 };
 
 int exit_code(q::ErrorKind kind);
 
 struct Context {
   // Global options.
-  std::optional<std::string> file;  // -f/--file, else $Q_FILE, else the default path
-  bool no_sync = false;      // --no-sync or Q_NO_SYNC=1
+  std::optional<std::string> file;          // -f/--file, else $Q_FILE, else the default path
+  bool no_sync = false;                     // --no-sync or Q_NO_SYNC=1
   std::optional<std::string> lock_timeout;  // --lock-timeout, else $Q_LOCK_TIMEOUT, else 10s
 
   // The command named on the command line; empty when there is none (help).
@@ -43,7 +43,7 @@ struct Context {
   const q::Clock* clock_override = nullptr;
   const q::Clock& clock() const { return clock_override ? *clock_override : system_clock_; }
 
-  std::string out;           // standard output, written when the command is done
+  std::string out;  // standard output, written when the command is done
   int exit = kOk;
 
   // The queue file this invocation uses, by precedence.

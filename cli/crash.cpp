@@ -66,8 +66,10 @@ unsigned long long written_so_far() {
     if (at_line_start) write_line = c == 'w' || (c == 's' && i + 4 < n && text[i + 4] == 'w');
     at_line_start = c == '\n';
     if (!write_line) continue;
-    if (c >= '0' && c <= '9') value = value * 10 + static_cast<unsigned>(c - '0');
-    else if (c == '\n') sum += value, value = 0;
+    if (c >= '0' && c <= '9')
+      value = value * 10 + static_cast<unsigned>(c - '0');
+    else if (c == '\n')
+      sum += value, value = 0;
   }
   return sum;
 }

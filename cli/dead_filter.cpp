@@ -12,8 +12,7 @@ void add_dead_filter_flags(CLI::App* cmd, DeadFilterFlags& flags) {
   cmd->add_option("--reason", flags.reason,
                   "Only dead letters whose reason matches REGEX (ECMAScript, searched)")
       ->type_name("REGEX");
-  cmd->add_option("--since", flags.since, "Only those dead-lettered within DUR")
-      ->type_name("DUR");
+  cmd->add_option("--since", flags.since, "Only those dead-lettered within DUR")->type_name("DUR");
 }
 
 DeadFilter::DeadFilter(const DeadFilterFlags& flags) {
@@ -21,9 +20,9 @@ DeadFilter::DeadFilter(const DeadFilterFlags& flags) {
     try {
       reason_.emplace(*flags.reason, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
-      throw q::Error(q::ErrorKind::Usage,
-                     fmt::format("--reason '{}': not a regular expression ({})", *flags.reason,
-                                 e.what()));
+      throw q::Error(
+          q::ErrorKind::Usage,
+          fmt::format("--reason '{}': not a regular expression ({})", *flags.reason, e.what()));
     }
   }
   since_ = duration_flag("--since", flags.since);

@@ -86,7 +86,9 @@ const q::Attempt* last_run(const q::Message& m) {
   return nullptr;
 }
 
-std::string first_line(std::string_view text) { return std::string(text.substr(0, text.find('\n'))); }
+std::string first_line(std::string_view text) {
+  return std::string(text.substr(0, text.find('\n')));
+}
 
 }  // namespace
 
@@ -94,13 +96,13 @@ std::string group_key(const q::Message& m, const GroupBy& by) {
   const q::Attempt* run = last_run(m);
   switch (by.kind) {
     case GroupBy::Exit:
-      return run && run->run.exit_status ? fmt::format("exit status {}", *run->run.exit_status) : "-";
+      return run && run->run.exit_status ? fmt::format("exit status {}", *run->run.exit_status)
+                                         : "-";
     case GroupBy::Attribute:
       for (auto it = m.attributes.rbegin(); it != m.attributes.rend(); ++it)
         if (it->first == by.attribute) return it->second;
       return "-";
-    case GroupBy::Reason:
-      break;
+    case GroupBy::Reason: break;
   }
   if (run) {
     std::string key = run->run.exit_status ? fmt::format("exit status {}", *run->run.exit_status)

@@ -200,7 +200,8 @@ std::string section(const std::string& title, const std::vector<Entry>& entries,
     if (e.text.empty()) {
       out += line + "\n";
     } else if (line.size() + 2 <= col) {
-      out += line + std::string(col - line.size(), ' ') + wrap(e.text, width, col, col).substr(col) + "\n";
+      out += line + std::string(col - line.size(), ' ') +
+             wrap(e.text, width, col, col).substr(col) + "\n";
     } else {
       out += line + "\n" + wrap(e.text, width, col, col) + "\n";
     }
@@ -215,9 +216,11 @@ class HelpFormatter : public CLI::FormatterBase {
     const bool root = app->get_parent() == nullptr;
     const std::string path = command_path(app);
     std::vector<Entry> args, subs, opts, globals, codes;
-    for (const auto* p : options_of(app, true)) args.push_back({p->get_name(), p->get_description()});
+    for (const auto* p : options_of(app, true))
+      args.push_back({p->get_name(), p->get_description()});
     for (const auto* c : children(app)) subs.push_back({c->get_name(), c->get_description()});
-    for (const auto* o : options_of(app, false)) (root ? globals : opts).push_back({option_head(o), o->get_description()});
+    for (const auto* o : options_of(app, false))
+      (root ? globals : opts).push_back({option_head(o), o->get_description()});
     if (!root) {
       for (const auto* o : options_of(root_of(app), false)) {
         if (o->check_lname("help") || o->check_lname("version")) continue;
@@ -230,7 +233,8 @@ class HelpFormatter : public CLI::FormatterBase {
     std::size_t longest = 0;
     for (const auto* list : {&args, &subs, &opts, &globals})
       for (const auto& e : *list) longest = std::max(longest, e.head.size());
-    const std::size_t col = std::min<std::size_t>(longest + 4, std::min<std::size_t>(30, width / 3));
+    const std::size_t col =
+        std::min<std::size_t>(longest + 4, std::min<std::size_t>(30, width / 3));
 
     std::string out = "Usage: " + usage(app) + "\n";
     if (root) out += "       q help [COMMAND...]\n";
@@ -299,7 +303,8 @@ nlohmann::ordered_json command_json(const CLI::App* app) {
 
 }  // namespace
 
-std::string wrap(const std::string& text, std::size_t width, std::size_t indent, std::size_t first) {
+std::string wrap(const std::string& text, std::size_t width, std::size_t indent,
+                 std::size_t first) {
   std::string out(first, ' ');
   std::size_t col = first;
   bool line_empty = true;
@@ -361,7 +366,8 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
   if (path == "q") {
     for (const auto& [code, meaning] : general_meanings()) out.push_back({code, meaning});
     out.push_back({2, "q check: CRITICAL (q check: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)"});
-    std::sort(out.begin(), out.end(), [](const ExitCode& a, const ExitCode& b) { return a.code < b.code; });
+    std::sort(out.begin(), out.end(),
+              [](const ExitCode& a, const ExitCode& b) { return a.code < b.code; });
     return out;
   }
   if (path == "q check") {
@@ -379,7 +385,8 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
     if (code == 4 && !out.empty()) continue;
     out.push_back({code, general_meanings().at(code)});
   }
-  std::sort(out.begin(), out.end(), [](const ExitCode& a, const ExitCode& b) { return a.code < b.code; });
+  std::sort(out.begin(), out.end(),
+            [](const ExitCode& a, const ExitCode& b) { return a.code < b.code; });
   return out;
 }
 

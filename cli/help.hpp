@@ -40,7 +40,6 @@ bool rewrite_help_command(std::vector<std::string>& args);
 
 // Wraps text to `width` columns, every line after the first indented by
 // `indent` spaces and the first by `first` spaces.
-std::string wrap(const std::string& text, std::size_t width, std::size_t indent,
-                 std::size_t first);
+std::string wrap(const std::string& text, std::size_t width, std::size_t indent, std::size_t first);
 
 }  // namespace cli

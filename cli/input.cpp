@@ -78,10 +78,14 @@ double rate_flag(const std::string& flag, const std::string& text) {
   double number = std::strtod(text.substr(0, used).c_str(), nullptr);
   std::string unit = text.substr(used);
   double per_second = 0;
-  if (unit.empty() || unit == "/s") per_second = number;
-  else if (unit == "/m") per_second = number / 60;
-  else if (unit == "/h") per_second = number / 3600;
-  else return bad("not a rate (like 50/s, 3000/m, 10/h)");
+  if (unit.empty() || unit == "/s")
+    per_second = number;
+  else if (unit == "/m")
+    per_second = number / 60;
+  else if (unit == "/h")
+    per_second = number / 3600;
+  else
+    return bad("not a rate (like 50/s, 3000/m, 10/h)");
   // Issue 17: 1e-300/s made an interval between starts that overflowed and was
   // ignored. 0 means no limit; anything else must be a start a year or more.
   if (per_second != 0 && !(per_second >= q::kMinRate))
@@ -92,9 +96,9 @@ double rate_flag(const std::string& flag, const std::string& text) {
 }
 
 std::uint64_t count_flag(const std::string& flag, const std::string& text, std::uint64_t max) {
-  bool digits = !text.empty() && text.size() <= 19 &&
-                std::all_of(text.begin(), text.end(),
-                            [](unsigned char c) { return std::isdigit(c) != 0; });
+  bool digits =
+      !text.empty() && text.size() <= 19 &&
+      std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
   std::uint64_t value = digits ? std::stoull(text) : 0;
   if (!digits || value > max)
     throw q::Error(q::ErrorKind::Usage,
@@ -105,8 +109,7 @@ std::uint64_t count_flag(const std::string& flag, const std::string& text, std::
 std::pair<std::string, std::string> attribute_flag(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw q::Error(q::ErrorKind::InvalidData,
-                   fmt::format("--attr '{}': expected KEY=VALUE", text));
+    throw q::Error(q::ErrorKind::InvalidData, fmt::format("--attr '{}': expected KEY=VALUE", text));
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
@@ -126,8 +129,7 @@ std::string read_stdin() {
   return data;
 }
 
-RecordReader::RecordReader(int fd, char separator, std::size_t max_records,
-                           std::size_t max_bytes)
+RecordReader::RecordReader(int fd, char separator, std::size_t max_records, std::size_t max_bytes)
     : fd_(fd), separator_(separator), max_records_(max_records), max_bytes_(max_bytes) {
   // A bigger pipe lets the producer go on writing while a batch commits.
   // Unprivileged processes may ask for up to /proc/sys/fs/pipe-max-size; a
@@ -199,8 +201,7 @@ std::vector<std::string> RecordReader::next_batch() {
     // Nothing yet: wait for input. Something: take only what is readable
     // now, lingering a little while a fast producer fills each read.
     int timeout = -1;
-    if (!batch.empty())
-      timeout = buffer_.size() - read_before >= (1 << 16) ? 1 : 0;
+    if (!batch.empty()) timeout = buffer_.size() - read_before >= (1 << 16) ? 1 : 0;
     if (!fill(timeout)) break;
   }
   records_ += batch.size();

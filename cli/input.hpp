@@ -53,8 +53,8 @@ class RecordReader {
   int fd_;
   char separator_;
   std::size_t max_records_, max_bytes_;
-  std::string buffer_;     // read, not yet returned
-  std::size_t start_ = 0;  // of the first record not yet returned
+  std::string buffer_;       // read, not yet returned
+  std::size_t start_ = 0;    // of the first record not yet returned
   std::size_t scanned_ = 0;  // bytes after start_ known to hold no separator
   bool eof_ = false;
   std::uint64_t records_ = 0;

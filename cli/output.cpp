@@ -19,12 +19,13 @@ namespace cli {
 using q::utf8_sequence;
 
 std::string base64(std::string_view s) {
-  static const char alphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((s.size() + 2) / 3 * 4);
   std::size_t i = 0;
-  auto at = [&](std::size_t k) { return static_cast<std::uint32_t>(static_cast<unsigned char>(s[k])); };
+  auto at = [&](std::size_t k) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(s[k]));
+  };
   for (; i + 2 < s.size(); i += 3) {
     std::uint32_t v = (at(i) << 16) | (at(i + 1) << 8) | at(i + 2);
     for (int shift = 18; shift >= 0; shift -= 6) out.push_back(alphabet[(v >> shift) & 63]);
@@ -117,9 +118,7 @@ std::optional<std::string> unbase64(std::string_view text) {
   return out;
 }
 
-std::string json_string(std::string_view s) {
-  return dump(nlohmann::ordered_json(std::string(s)));
-}
+std::string json_string(std::string_view s) { return dump(nlohmann::ordered_json(std::string(s))); }
 
 std::string text_escape(std::string_view s, std::size_t max) {
   std::string out;

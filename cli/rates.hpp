@@ -13,9 +13,9 @@ namespace cli {
 
 struct QueueRates {
   q::QueueStats stats;
-  double in_per_s = 0;   // sent
-  double out_per_s = 0;  // acked, dead-lettered or expired
-  bool measured = false; // false on the first snapshot
+  double in_per_s = 0;    // sent
+  double out_per_s = 0;   // acked, dead-lettered or expired
+  bool measured = false;  // false on the first snapshot
 
   std::uint64_t backlog() const { return stats.visible + stats.in_flight + stats.delayed; }
   // backlog / (out - in); nullopt: "never" (growing or not draining)

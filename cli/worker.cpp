@@ -60,7 +60,7 @@ struct Job {
   Millis deadline = INT64_MAX;  // --timeout: SIGTERM
   Millis kill_at = INT64_MAX;   // SIGKILL after a SIGTERM (timeout or stop)
   bool lease_lost = false;
-  bool skip = false;            // an idempotent repeat: ack without running
+  bool skip = false;  // an idempotent repeat: ack without running
 };
 
 // --to: DST must exist, differ from the source and take the output's group.
@@ -111,10 +111,10 @@ class Worker {
     if (visibility_ < kMinWorkVisibility) {
       // Only the queue's own setting can be this short (the flag is checked):
       // q work cannot refuse to consume the queue, so it leases longer.
-      progress_.note(fmt::format("queue {}: its visibility timeout {} is too short for a "
-                                 "heartbeat; leasing messages for {} instead",
-                                 o_.queue, q::format_duration(visibility_),
-                                 q::format_duration(kMinWorkVisibility)));
+      progress_.note(fmt::format(
+          "queue {}: its visibility timeout {} is too short for a "
+          "heartbeat; leasing messages for {} instead",
+          o_.queue, q::format_duration(visibility_), q::format_duration(kMinWorkVisibility)));
       visibility_ = kMinWorkVisibility;
     }
     // Extend well before the lease runs out: at a third of it.
@@ -189,7 +189,7 @@ class Worker {
     if (!with_lock([&] { broker_.pause(o_.queue, 0, trip_reason_); })) return;
     trip_paused_ = true;
     progress_.note(fmt::format("queue {}: paused ({}); resume it with 'q resume {}'", o_.queue,
-                     trip_reason_, o_.queue));
+                               trip_reason_, o_.queue));
   }
 
   // The command line goes into the file once, for `q show` (its attempt history
@@ -208,7 +208,8 @@ class Worker {
       line.push_back('\'');
     }
     Millis since = clock_.now();
-    if (with_lock([&] { broker_.register_worker(static_cast<std::uint32_t>(::getpid()), since, line); }))
+    if (with_lock(
+            [&] { broker_.register_worker(static_cast<std::uint32_t>(::getpid()), since, line); }))
       registered_since_ = since;
   }
 
@@ -242,12 +243,14 @@ class Worker {
       Millis now = work::steady_now();
       if (lock_wait_since_ == 0) lock_wait_since_ = began;
       progress_.note(fmt::format("{}; still waiting for it ({} so far), running commands go on",
-                       e.what(), q::format_duration((now - lock_wait_since_) / 100 * 100)));
+                                 e.what(),
+                                 q::format_duration((now - lock_wait_since_) / 100 * 100)));
       return false;
     }
     if (lock_wait_since_ != 0) {
-      progress_.note(fmt::format("got the writer lock after {}",
-                       q::format_duration((work::steady_now() - lock_wait_since_) / 100 * 100)));
+      progress_.note(
+          fmt::format("got the writer lock after {}",
+                      q::format_duration((work::steady_now() - lock_wait_since_) / 100 * 100)));
       lock_wait_since_ = 0;
     }
     return true;
@@ -306,10 +309,11 @@ class Worker {
   // new receipt; it is never started a second time.
   bool adopt_redelivery(const q::Message& m) {
     auto adopt = [&](Job& job) {
-      progress_.note(fmt::format("message {}: its lease ran out while its command ran; this "
-                                 "runner took it again and keeps the one run (raise "
-                                 "--visibility-timeout?)",
-                                 m.id));
+      progress_.note(
+          fmt::format("message {}: its lease ran out while its command ran; this "
+                      "runner took it again and keeps the one run (raise "
+                      "--visibility-timeout?)",
+                      m.id));
       job.message.receipt = m.receipt;
       job.message.receive_count = m.receive_count;
       job.lease_lost = false;
@@ -330,8 +334,8 @@ class Worker {
     for (const auto& [k, v] : m.attributes)
       if (k == o_.idempotency_attribute) key = v;
     if (key.size() > q::kMaxIdempotencyKey) {
-      progress_.note(fmt::format("message {}: idempotency key longer than {} bytes, not used",
-                                 m.id, q::kMaxIdempotencyKey));
+      progress_.note(fmt::format("message {}: idempotency key longer than {} bytes, not used", m.id,
+                                 q::kMaxIdempotencyKey));
       return {};
     }
     return key;
@@ -344,8 +348,8 @@ class Worker {
   void start(q::Message m, std::string key, Millis now) {
     Job job;
     if (stage()) job.output_fd = work::output_file();
-    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file),
-                            m.body, job.output_fd);
+    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file), m.body,
+                            job.output_fd);
     job.ending.exec_errno = job.child.exec_errno;
     job.message = std::move(m);
     job.key = std::move(key);
@@ -357,7 +361,8 @@ class Worker {
   }
 
   void read_stderr(Job& job) {
-    work::pump_stderr(job.child.stderr_fd, job.ending.stderr_tail, job.ending.stderr_head, [this] { progress_.clear(); });
+    work::pump_stderr(job.child.stderr_fd, job.ending.stderr_tail, job.ending.stderr_head,
+                      [this] { progress_.clear(); });
   }
 
   // Moves every command that has ended to exited_, to be settled.
@@ -439,8 +444,7 @@ class Worker {
     while (!exited_.empty()) {
       const Job& job = exited_.front();
       work::Settled settled;
-      if (!with_lock([&] { settled = policy_->settle(job.message, job.key, job.ending); }))
-        return;
+      if (!with_lock([&] { settled = policy_->settle(job.message, job.key, job.ending); })) return;
       count(settled.tally);
       if (!settled.note.empty()) progress_.note(settled.note);
       if (settled.tally == work::Tally::Failed || settled.tally == work::Tally::DeadLettered)
@@ -495,7 +499,7 @@ class Worker {
       stop_deadline_ = now + o_.grace;
       if (!jobs_.empty())
         progress_.note(fmt::format("stopping: waiting up to {} for {} running command(s)",
-                         q::format_duration(o_.grace), jobs_.size()));
+                                   q::format_duration(o_.grace), jobs_.size()));
     }
   }
 
@@ -526,8 +530,10 @@ class Worker {
       Millis wall_now = clock_.now();
       Millis next = broker_.next_delivery(o_.queue, true);
       // next is INT64_MIN when a message is ready: no subtraction from it.
-      if (next <= wall_now) until = now;
-      else if (next != INT64_MAX) until = std::min(until, now + (next - wall_now));
+      if (next <= wall_now)
+        until = now;
+      else if (next != INT64_MAX)
+        until = std::min(until, now + (next - wall_now));
       if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at()));
     }
     std::vector<pollfd> fds;
@@ -552,10 +558,13 @@ class Worker {
   }
 
   void draw_progress(Millis now, bool force) {
-    progress_.draw(now, counts_, [this] {
-      auto stats = broker_.stats(o_.queue).at(0);
-      return stats.visible + stats.delayed + stats.in_flight;
-    }, force);
+    progress_.draw(
+        now, counts_,
+        [this] {
+          auto stats = broker_.stats(o_.queue).at(0);
+          return stats.visible + stats.delayed + stats.in_flight;
+        },
+        force);
   }
 
   q::Broker& broker_;
@@ -570,7 +579,7 @@ class Worker {
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
   std::map<pid_t, Job> jobs_;
-  std::deque<Job> exited_;     // ended (or skipped), outcome not yet recorded
+  std::deque<Job> exited_;      // ended (or skipped), outcome not yet recorded
   Millis lock_wait_since_ = 0;  // waiting for the writer lock since (steady), or 0
   bool stopping_ = false, stop_now_ = false, stopped_by_signal_ = false;
   Millis stop_deadline_ = INT64_MAX;

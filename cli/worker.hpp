@@ -20,10 +20,10 @@ struct WorkOptions {
   unsigned concurrency = 1;
   q::Millis backoff_base = 1 * q::kSecond;
   q::Millis backoff_cap = 15 * q::kMinute;
-  std::optional<q::Millis> timeout;           // per command
-  q::Millis kill_after = 5 * q::kSecond;      // SIGTERM -> SIGKILL
+  std::optional<q::Millis> timeout;       // per command
+  q::Millis kill_after = 5 * q::kSecond;  // SIGTERM -> SIGKILL
   std::optional<q::Millis> visibility_timeout;
-  double rate = 0;                            // per process, starts per second
+  double rate = 0;  // per process, starts per second
   std::string idempotency_attribute;
   std::optional<q::Millis> idempotency_window;  // default: the queue's retention
   q::Millis grace = 30 * q::kSecond;
@@ -58,8 +58,8 @@ constexpr int kSomeFailed = 4;
 // Exit status of `q work --trip` when it paused the queue (EX_TEMPFAIL).
 constexpr int kTripped = 75;
 
-// Runs until stopped (time from `clock`, the broker's) (signal, --exit-when-empty, --max-messages); returns the
-// exit status. Throws q::Error for errors of the queue itself.
+// Runs until stopped (time from `clock`, the broker's) (signal, --exit-when-empty, --max-messages);
+// returns the exit status. Throws q::Error for errors of the queue itself.
 int run_worker(q::Broker& broker, const q::Clock& clock, const WorkOptions& options);
 
 }  // namespace cli

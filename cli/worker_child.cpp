@@ -100,7 +100,8 @@ std::string find_program(const std::string& name) {
   };
   auto runnable = [](const std::string& path) {
     struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
   };
   if (name.find('/') != std::string::npos) {
     if (!runnable(name)) throw missing("not found or not executable");
@@ -128,7 +129,8 @@ Millis steady_now() {
 // cased, anything but letters and digits as '_'.
 static std::string attribute_variable(const std::string& key) {
   std::string name = "Q_ATTR_";
-  for (unsigned char c : key) name.push_back(std::isalnum(c) ? static_cast<char>(std::toupper(c)) : '_');
+  for (unsigned char c : key)
+    name.push_back(std::isalnum(c) ? static_cast<char>(std::toupper(c)) : '_');
   return name;
 }
 
@@ -136,7 +138,6 @@ std::string signal_name(int signo) {
   const char* abbrev = sigabbrev_np(signo);
   return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
 }
-
 
 // q work's environment, each name once: the variables q work sets replace
 // inherited ones of the same name (getenv reads the first), inherited
@@ -153,9 +154,8 @@ std::vector<std::string> environment(const q::Message& m, const std::string& que
     else
       env[it->second] = name + "=" + value;
   };
-  static const std::set<std::string_view> ours = {"Q_QUEUE",     "Q_FILE",
-                                                  "Q_MESSAGE_ID", "Q_RECEIPT",
-                                                  "Q_RECEIVE_COUNT", "Q_SENT_AT"};
+  static const std::set<std::string_view> ours = {"Q_QUEUE",   "Q_FILE",          "Q_MESSAGE_ID",
+                                                  "Q_RECEIPT", "Q_RECEIVE_COUNT", "Q_SENT_AT"};
   for (char** e = environ; *e; ++e) {
     std::string_view var(*e);
     auto eq = var.find('=');
@@ -280,7 +280,8 @@ int output_file() {
 std::uint64_t output_size(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0)
-    throw q::Error(q::ErrorKind::Io, fmt::format("cannot read the output: {}", std::strerror(errno)));
+    throw q::Error(q::ErrorKind::Io,
+                   fmt::format("cannot read the output: {}", std::strerror(errno)));
   return static_cast<std::uint64_t>(st.st_size);
 }
 
@@ -291,7 +292,8 @@ std::string read_output(int fd) {
     ssize_t n = ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
-      throw q::Error(q::ErrorKind::Io, fmt::format("cannot read the output: {}", std::strerror(errno)));
+      throw q::Error(q::ErrorKind::Io,
+                     fmt::format("cannot read the output: {}", std::strerror(errno)));
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }

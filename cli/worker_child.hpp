@@ -37,8 +37,8 @@ std::vector<std::string> environment(const q::Message& m, const std::string& que
 
 struct Child {
   pid_t pid = -1;
-  int stderr_fd = -1;  // non-blocking read end of the command's stderr
-  int exec_errno = 0;  // the command could not be run at all
+  int stderr_fd = -1;    // non-blocking read end of the command's stderr
+  int exec_errno = 0;    // the command could not be run at all
   q::Millis forked = 0;  // steady clock
 };
 

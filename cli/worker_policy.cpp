@@ -40,17 +40,19 @@ std::string stderr_lines(const std::string& tail) {
 std::string cannot_run(const std::string& program, int why) {
   std::string text = fmt::format("cannot run {}: {}", program, std::strerror(why));
   if (why == E2BIG)
-    text += " (the message's attributes and q work's environment exceed the system's "
-            "limit for a command's arguments and environment)";
+    text +=
+        " (the message's attributes and q work's environment exceed the system's "
+        "limit for a command's arguments and environment)";
   return text;
 }
 
 }  // namespace
 
 std::string lease_lost_note(const std::string& receipt) {
-  return fmt::format("receipt {}: done, but its lease was lost before the ack (another "
-                     "consumer may run it again; raise the visibility timeout?)",
-                     receipt);
+  return fmt::format(
+      "receipt {}: done, but its lease was lost before the ack (another "
+      "consumer may run it again; raise the visibility timeout?)",
+      receipt);
 }
 
 Judgement judge(const Ending& e, const PolicyOptions& o) {
@@ -148,8 +150,7 @@ Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const
       case Verdict::DeadLetter:
         broker_.dead_letter(o_.queue, m.receipt, j.reason, run);
         return {Tally::DeadLettered, fmt::format("message {}: dead-lettered ({})", m.id, j.what)};
-      case Verdict::Retry:
-        return retry(m, j.what, j.reason, run);
+      case Verdict::Retry: return retry(m, j.what, j.reason, run);
     }
   } catch (const q::Error& e) {
     if (e.kind() != q::ErrorKind::Stale) throw;
@@ -201,9 +202,12 @@ q::ReceiptResult OutcomePolicy::heartbeat(const std::string& receipt, q::Millis 
   try {
     broker_.extend(o_.queue, receipt, by);
   } catch (const q::Error& e) {
-    if (e.kind() == q::ErrorKind::Stale) result.outcome = q::ReceiptOutcome::Stale;
-    else if (e.kind() == q::ErrorKind::InvalidData) result.outcome = q::ReceiptOutcome::Malformed;
-    else throw;
+    if (e.kind() == q::ErrorKind::Stale)
+      result.outcome = q::ReceiptOutcome::Stale;
+    else if (e.kind() == q::ErrorKind::InvalidData)
+      result.outcome = q::ReceiptOutcome::Malformed;
+    else
+      throw;
     result.detail = e.what();
   }
   return result;

@@ -40,10 +40,10 @@ struct Judgement {
 
 // `q work SRC --to DST`: where a successful run's stdout goes.
 struct StageOptions {
-  std::string to;                  // DST; empty: no stage (stdout is q work's)
-  bool lines = false;              // one message per line, else the whole output as one
-  std::uint64_t max_bytes = 0;     // the most stdout a run may write
-  q::Attributes attributes;        // set on every output message, over the carried ones
+  std::string to;                    // DST; empty: no stage (stdout is q work's)
+  bool lines = false;                // one message per line, else the whole output as one
+  std::uint64_t max_bytes = 0;       // the most stdout a run may write
+  q::Attributes attributes;          // set on every output message, over the carried ones
   std::optional<std::string> group;  // FIFO group of the output; default: the source's
 };
 

@@ -52,9 +52,11 @@ void Progress::draw(q::Millis now, const Counts& counts,
   std::uint64_t backlog = backlog_of();
   std::string eta =
       backlog == 0 ? "empty"
-      : rate > 0   ? "empty in " + q::format_duration(static_cast<q::Millis>(
-                                     static_cast<double>(backlog) / rate) / 1000 * 1000)
-                   : "empty in: never at this rate";
+      : rate > 0
+          ? "empty in " +
+                q::format_duration(static_cast<q::Millis>(static_cast<double>(backlog) / rate) /
+                                   1000 * 1000)
+          : "empty in: never at this rate";
   std::string line = fmt::format("q work {}: {} | {:.1f}/s | depth {} | {}", queue_,
                                  describe(counts), rate, backlog, eta);
   clear();

@@ -22,7 +22,9 @@ namespace {
 
 constexpr std::size_t kPage = 4096;
 
-std::atomic<std::uint32_t>* word(void* page) { return static_cast<std::atomic<std::uint32_t>*>(page); }
+std::atomic<std::uint32_t>* word(void* page) {
+  return static_cast<std::atomic<std::uint32_t>*>(page);
+}
 
 bool access_error(int err) { return err == EACCES || err == EPERM || err == EROFS; }
 
@@ -55,7 +57,8 @@ bool Bell::map(int fd, bool writable) const {
     ::close(fd);
     return false;
   }
-  void* page = mmap(nullptr, kPage, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  void* page =
+      mmap(nullptr, kPage, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (page == MAP_FAILED) {
     ::close(fd);
     return false;
@@ -115,10 +118,12 @@ void Bell::wait(std::uint32_t seen, Millis ms) const {
   using Steady = std::chrono::steady_clock;
   const auto deadline = Steady::now() + std::chrono::milliseconds(std::max<Millis>(ms, 0));
   for (;;) {
-    const Millis left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now()).count();
+    const Millis left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now()).count();
     if (left <= 0) return;
     const Millis slice = std::min(left, kSlice);
-    timespec timeout{static_cast<time_t>(slice / 1000), static_cast<long>(slice % 1000) * 1'000'000};
+    timespec timeout{static_cast<time_t>(slice / 1000),
+                     static_cast<long>(slice % 1000) * 1'000'000};
     // Returns at once (EAGAIN) when the counter already moved on; 0 when woken.
     long rc = syscall(SYS_futex, page_, FUTEX_WAIT, seen, &timeout, nullptr, 0);
     if (rc == 0 || errno != ETIMEDOUT) return;

@@ -32,8 +32,10 @@ Attributes last_value_wins(Attributes attributes) {
   std::map<std::string, std::size_t> index;
   for (auto& [key, value] : attributes) {
     auto [at, fresh] = index.emplace(key, out.size());
-    if (fresh) out.emplace_back(std::move(key), std::move(value));
-    else out[at->second].second = std::move(value);
+    if (fresh)
+      out.emplace_back(std::move(key), std::move(value));
+    else
+      out[at->second].second = std::move(value);
   }
   return out;
 }
@@ -66,7 +68,8 @@ const char* to_string(AttemptEnd end) {
 Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, double unit) {
   if (base <= 0 || cap <= 0) return 0;
   std::uint32_t exponent = receive_count == 0 ? 0 : std::min<std::uint32_t>(receive_count - 1, 40);
-  double ceiling = std::min(static_cast<double>(cap), std::ldexp(static_cast<double>(base), exponent));
+  double ceiling =
+      std::min(static_cast<double>(cap), std::ldexp(static_cast<double>(base), exponent));
   unit = std::clamp(unit, 0.0, 1.0);
   return static_cast<Millis>(std::floor(ceiling * unit));
 }
@@ -136,8 +139,8 @@ void Broker::dead_letter(const std::string& queue, const std::string& receipt,
 void Broker::pause(const std::string& queue, Millis until, const std::string& reason) {
   check_queue_name(queue);
   if (reason.size() > kMaxReason)
-    throw Error(ErrorKind::InvalidData, fmt::format("--reason: {} bytes, at most {} are kept",
-                                                    reason.size(), kMaxReason));
+    throw Error(ErrorKind::InvalidData,
+                fmt::format("--reason: {} bytes, at most {} are kept", reason.size(), kMaxReason));
   do_pause(queue, until, reason);
 }
 
@@ -161,8 +164,8 @@ void Broker::unregister_worker(std::uint32_t pid, Millis since) {
 }
 
 AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& receipt,
-                                  const std::string& to, std::vector<OutgoingMessage> messages,
-                                  const SendOptions& options) {
+                                   const std::string& to, std::vector<OutgoingMessage> messages,
+                                   const SendOptions& options) {
   check_queue_name(queue);
   check_queue_name(to);
   if (to == queue)
@@ -251,8 +254,8 @@ void Broker::export_messages(const std::string& queue,
 }
 
 std::vector<std::string> Broker::import_messages(const std::string& queue,
-                                                 std::vector<Message> messages,
-                                                 bool create_queue, bool skip_existing) {
+                                                 std::vector<Message> messages, bool create_queue,
+                                                 bool skip_existing) {
   check_queue_name(queue);
   return do_import_messages(queue, std::move(messages), create_queue, skip_existing);
 }

@@ -41,7 +41,7 @@ struct QueueConfig {
   std::uint32_t max_receives = 5;  // 0: never dead-letter
   Millis retention = 4 * kDay;
   Millis delay = 0;
-  std::uint64_t max_depth = 0;  // 0: unlimited
+  std::uint64_t max_depth = 0;           // 0: unlimited
   std::uint32_t max_size = 1024 * 1024;  // body bytes
   Millis dedup_window = 5 * kMinute;
   // Messages per second that all rate-limited consumers together may start
@@ -159,9 +159,9 @@ struct RunReport {
 struct Attempt {
   std::uint32_t receive = 0;  // which delivery: the receive count it had
   Millis received_at = 0;
-  std::uint32_t pid = 0;      // the receiving process
-  Millis worker_since = 0;    // q work: when that q work started; 0: not q work
-  std::string command;        // q work's command line, when its registry entry remains
+  std::uint32_t pid = 0;    // the receiving process
+  Millis worker_since = 0;  // q work: when that q work started; 0: not q work
+  std::string command;      // q work's command line, when its registry entry remains
   AttemptEnd end = AttemptEnd::Open;
   Millis ended_at = 0;
   std::string reason;  // the nack or dead-letter reason
@@ -228,8 +228,8 @@ struct ReceiptResult {
 
 struct AckSendResult {
   ReceiptOutcome outcome = ReceiptOutcome::Done;
-  std::string detail;             // why the receipt was stale or malformed
-  std::vector<SendResult> sent;   // empty unless the ack was done
+  std::string detail;            // why the receipt was stale or malformed
+  std::vector<SendResult> sent;  // empty unless the ack was done
 };
 
 struct NackOptions {
@@ -242,10 +242,10 @@ struct NackOptions {
 };
 
 struct RedriveOptions {
-  std::vector<std::string> ids;           // empty: all, oldest first
-  std::optional<std::uint64_t> max;       // at most this many
+  std::vector<std::string> ids;      // empty: all, oldest first
+  std::optional<std::uint64_t> max;  // at most this many
   bool dry_run = false;
-  std::string to;                         // another queue to move them to; empty: their own
+  std::string to;  // another queue to move them to; empty: their own
   // Ids that are no longer dead letters (redriven, deleted or expired since
   // they were chosen) are passed over instead of failing the whole call.
   bool skip_missing = false;
@@ -275,10 +275,12 @@ class Broker {
   QueueConfig configure(const std::string& queue, const ConfigChange& change);
   RemovedCounts delete_queue(const std::string& queue);
   std::vector<std::string> list_queues();
-  std::vector<SendResult> send(const std::string& queue, std::vector<OutgoingMessage> messages, const SendOptions& options);
+  std::vector<SendResult> send(const std::string& queue, std::vector<OutgoingMessage> messages,
+                               const SendOptions& options);
   // Empty when nothing became visible within options.wait.
   std::vector<Message> receive(const std::string& queue, const ReceiveOptions& options);
-  std::vector<ReceiptResult> ack(const std::string& queue, const std::vector<std::string>& receipts);
+  std::vector<ReceiptResult> ack(const std::string& queue,
+                                 const std::vector<std::string>& receipts);
   // Throw Error(Stale) or Error(InvalidData) for a stale or malformed receipt.
   // extend returns the new visible-until time.
   Millis extend(const std::string& queue, const std::string& receipt, Millis by);
@@ -295,7 +297,8 @@ class Broker {
                              const SendOptions& options);
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
-  ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep);
+  ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
+                          const std::string& key, Millis keep);
   bool is_done(const std::string& queue, const std::string& key);
   // When a receive could next get a message: now or earlier when one is
   // visible (and, with rate_limited, the rate budget allows); INT64_MAX: not
@@ -320,7 +323,8 @@ class Broker {
   // One dead letter by id; nullopt when there is none.
   std::optional<Message> find_dead_letter(const std::string& queue, const std::string& id);
   // Discards the dead letters named; returns the ids that were not found.
-  std::vector<std::string> delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids);
+  std::vector<std::string> delete_dead_letters(const std::string& queue,
+                                               const std::vector<std::string>& ids);
   // One message, live or dead, with its attempt history; nullopt when there is none.
   std::optional<Message> show(const std::string& queue, const std::string& id);
   // q work's registry: its command line, stored once per process (keyed by
@@ -350,14 +354,24 @@ class Broker {
   virtual QueueConfig do_configure(const std::string& queue, const ConfigChange& change) = 0;
   virtual RemovedCounts do_delete_queue(const std::string& queue) = 0;
   virtual std::vector<std::string> do_list_queues() = 0;
-  virtual std::vector<SendResult> do_send(const std::string& queue, std::vector<OutgoingMessage> messages, const SendOptions& options) = 0;
-  virtual std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) = 0;
-  virtual std::vector<ReceiptResult> do_ack(const std::string& queue, const std::vector<std::string>& receipts) = 0;
+  virtual std::vector<SendResult> do_send(const std::string& queue,
+                                          std::vector<OutgoingMessage> messages,
+                                          const SendOptions& options) = 0;
+  virtual std::vector<Message> do_receive(const std::string& queue,
+                                          const ReceiveOptions& options) = 0;
+  virtual std::vector<ReceiptResult> do_ack(const std::string& queue,
+                                            const std::vector<std::string>& receipts) = 0;
   virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
-  virtual Millis do_nack(const std::string& queue, const std::string& receipt, const NackOptions& options) = 0;
-  virtual void do_dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason, const RunReport& run) = 0;
-  virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt, const std::string& to, std::vector<OutgoingMessage> messages, const SendOptions& options) = 0;
-  virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt, const std::string& key, Millis keep) = 0;
+  virtual Millis do_nack(const std::string& queue, const std::string& receipt,
+                         const NackOptions& options) = 0;
+  virtual void do_dead_letter(const std::string& queue, const std::string& receipt,
+                              const std::string& reason, const RunReport& run) = 0;
+  virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,
+                                        const std::string& to,
+                                        std::vector<OutgoingMessage> messages,
+                                        const SendOptions& options) = 0;
+  virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
+                                     const std::string& key, Millis keep) = 0;
   virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;
   virtual Millis do_next_delivery(const std::string& queue, bool rate_limited) = 0;
   virtual std::unique_ptr<ChangeWatch> do_watch() = 0;
@@ -365,13 +379,20 @@ class Broker {
   virtual std::uint64_t do_purge(const std::string& queue) = 0;
   virtual std::vector<QueueStats> do_stats(const std::string& queue) = 0;
   virtual std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) = 0;
-  virtual void do_each_dead_letter(const std::string& queue, const std::function<bool(const Message&)>& each) = 0;
+  virtual void do_each_dead_letter(const std::string& queue,
+                                   const std::function<bool(const Message&)>& each) = 0;
   virtual std::uint64_t do_purge_dead_letters(const std::string& queue) = 0;
-  virtual std::vector<Message> do_redrive(const std::string& queue, const RedriveOptions& options) = 0;
-  virtual std::optional<Message> do_find_dead_letter(const std::string& queue, const std::string& id) = 0;
-  virtual std::vector<std::string> do_delete_dead_letters(const std::string& queue, const std::vector<std::string>& ids) = 0;
-  virtual void do_export_messages(const std::string& queue, const std::function<void(const Message&)>& each) = 0;
-  virtual std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages, bool create_queue, bool skip_existing) = 0;
+  virtual std::vector<Message> do_redrive(const std::string& queue,
+                                          const RedriveOptions& options) = 0;
+  virtual std::optional<Message> do_find_dead_letter(const std::string& queue,
+                                                     const std::string& id) = 0;
+  virtual std::vector<std::string> do_delete_dead_letters(const std::string& queue,
+                                                          const std::vector<std::string>& ids) = 0;
+  virtual void do_export_messages(const std::string& queue,
+                                  const std::function<void(const Message&)>& each) = 0;
+  virtual std::vector<std::string> do_import_messages(const std::string& queue,
+                                                      std::vector<Message> messages,
+                                                      bool create_queue, bool skip_existing) = 0;
   virtual void do_pause(const std::string& queue, Millis until, const std::string& reason) = 0;
   virtual std::optional<Pause> do_resume(const std::string& queue) = 0;
   virtual std::optional<Message> do_show(const std::string& queue, const std::string& id) = 0;

@@ -32,8 +32,7 @@ enum class Remedy {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
 
   // The setting or request field the message names (as a whole word), if any.
@@ -45,7 +44,9 @@ class Error : public std::runtime_error {
 
   Remedy remedy() const noexcept { return remedy_; }
   const std::string& queue() const noexcept { return queue_; }
-  const std::string& wanted() const noexcept { return wanted_; }  // ChangeConfig: the value asked for
+  const std::string& wanted() const noexcept {
+    return wanted_;
+  }  // ChangeConfig: the value asked for
   Error& with_remedy(Remedy remedy, std::string queue = {}, std::string wanted = {}) {
     remedy_ = remedy;
     queue_ = std::move(queue);

@@ -33,8 +33,8 @@ const char* kind_of(mode_t mode) {
                             "(it could make q write another file): remove it",
                             path));
   if (!S_ISREG(st.st_mode))
-    throw Error(ErrorKind::Io,
-                fmt::format("{}: is not a regular file ({}): remove it", path, kind_of(st.st_mode)));
+    throw Error(ErrorKind::Io, fmt::format("{}: is not a regular file ({}): remove it", path,
+                                           kind_of(st.st_mode)));
   throw Error(ErrorKind::Io,
               fmt::format("{}: has {} hard links; q refuses to write a file that is also "
                           "another file (a link could make q write it): remove it",
@@ -122,10 +122,11 @@ void remove_stale_temps(const std::string& target) {
     if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
     int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat held {}, now {};
+    struct stat held {
+    }, now{};
     // Still locked: a process in another pid namespace is writing it.
-    const bool stale = fstat(fd, &held) == 0 && S_ISREG(held.st_mode) &&
-                       held.st_uid == geteuid() && flock(fd, LOCK_EX | LOCK_NB) == 0;
+    const bool stale = fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && held.st_uid == geteuid() &&
+                       flock(fd, LOCK_EX | LOCK_NB) == 0;
     // Unlink only the file looked at (the name could have been replaced since).
     if (stale && fstatat(dir_fd, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
         now.st_dev == held.st_dev && now.st_ino == held.st_ino)

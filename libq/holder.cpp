@@ -25,7 +25,8 @@ std::optional<ProcStat> read_stat(std::uint32_t pid) {
   if (fd < 0) return std::nullopt;
   char buf[1024];
   ssize_t n;
-  do n = ::read(fd, buf, sizeof buf - 1); while (n < 0 && errno == EINTR);
+  do n = ::read(fd, buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
   ::close(fd);
   if (n <= 0) return std::nullopt;
   std::string text(buf, static_cast<std::size_t>(n));

@@ -41,7 +41,9 @@ class LmdbBroker final : public Broker {
  public:
   LmdbBroker(std::unique_ptr<store::Env> env, const Clock* clock,
              std::function<std::uint64_t()> random, HolderProbe holder_alive)
-      : env_(std::move(env)), clock_(clock ? clock : &system_clock_), random_(std::move(random)),
+      : env_(std::move(env)),
+        clock_(clock ? clock : &system_clock_),
+        random_(std::move(random)),
         holder_alive_(holder_alive ? std::move(holder_alive) : HolderProbe(q::holder_alive)) {
     if (!random_) {
       std::random_device device;
@@ -113,7 +115,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<SendResult> do_send(const std::string& queue, std::vector<OutgoingMessage> messages,
-                               const SendOptions& options) override {
+                                  const SendOptions& options) override {
     if (messages.size() >= kBulkSend) commit_small_change(queue);
     Txn txn(*env_, Txn::Write);
     auto results = send_in(txn, queue, std::move(messages), options);
@@ -237,7 +239,8 @@ class LmdbBroker final : public Broker {
     return result;
   }
 
-  std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) override {
+  std::vector<Message> do_receive(const std::string& queue,
+                                  const ReceiveOptions& options) override {
     const Millis deadline = clock_->now() + std::max<Millis>(options.wait, 0);
     // Wait on the file's doorbell; watch the file itself only where the bell
     // cannot be had.
@@ -307,7 +310,7 @@ class LmdbBroker final : public Broker {
   }
 
   ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
-                          const std::string& key, Millis keep) override {
+                             const std::string& key, Millis keep) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -340,7 +343,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<ReceiptResult> do_ack(const std::string& queue,
-                                 const std::vector<std::string>& receipts) override {
+                                    const std::vector<std::string>& receipts) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -392,7 +395,7 @@ class LmdbBroker final : public Broker {
   }
 
   Millis do_nack(const std::string& queue, const std::string& receipt,
-              const NackOptions& options) override {
+                 const NackOptions& options) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -483,7 +486,7 @@ class LmdbBroker final : public Broker {
   }
 
   void do_each_dead_letter(const std::string& queue,
-                        const std::function<bool(const Message&)>& each) override {
+                           const std::function<bool(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     view.each_header(db().dead, "the dead letter", [&](std::uint64_t seq, const Header& header) {
@@ -498,7 +501,8 @@ class LmdbBroker final : public Broker {
     return purge_with(queue, &LmdbBroker::purge_dead);
   }
 
-  std::vector<Message> do_redrive(const std::string& queue, const RedriveOptions& options) override {
+  std::vector<Message> do_redrive(const std::string& queue,
+                                  const RedriveOptions& options) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
@@ -545,8 +549,9 @@ class LmdbBroker final : public Broker {
       auto header = view.find_header(db().dead, seq);
       if (!header) {
         if (options.skip_missing) continue;
-        throw Error(ErrorKind::NotFound,
-                    fmt::format("queue {}: no dead letter {}; nothing was redriven", view.name, id));
+        throw Error(
+            ErrorKind::NotFound,
+            fmt::format("queue {}: no dead letter {}; nothing was redriven", view.name, id));
       }
       if (options.max && chosen.size() >= *options.max) break;
       chosen.emplace_back(seq, std::move(*header));
@@ -567,8 +572,7 @@ class LmdbBroker final : public Broker {
                                   "nothing was redriven",
                                   into.name, store::message_id(seq)));
     for (const auto& m : out) {
-      check_body_size(into.name, into.rec.config, m.body.size(), "dead letter " + m.id,
-                      "redriven");
+      check_body_size(into.name, into.rec.config, m.body.size(), "dead letter " + m.id, "redriven");
       // Stored attributes keep the form they were accepted in (older files
       // may hold repeated keys or bytes that are not UTF-8); what would make
       // the message unrunnable is refused.
@@ -577,7 +581,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::optional<Message> do_find_dead_letter(const std::string& queue,
-                                          const std::string& id) override {
+                                             const std::string& id) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     auto seq = parse_id(id);
@@ -589,7 +593,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<std::string> do_delete_dead_letters(const std::string& queue,
-                                               const std::vector<std::string>& ids) override {
+                                                  const std::vector<std::string>& ids) override {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     std::vector<std::string> missing;
@@ -609,14 +613,15 @@ class LmdbBroker final : public Broker {
   }
 
   void do_export_messages(const std::string& queue,
-                       const std::function<void(const Message&)>& each) override {
+                          const std::function<void(const Message&)>& each) override {
     Txn txn(*env_, Txn::Read);
     QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
     export_queue(view, each);
   }
 
-  std::vector<std::string> do_import_messages(const std::string& queue, std::vector<Message> messages,
-                                              bool create_queue, bool skip_existing) override {
+  std::vector<std::string> do_import_messages(const std::string& queue,
+                                              std::vector<Message> messages, bool create_queue,
+                                              bool skip_existing) override {
     Txn txn(*env_, Txn::Write);
     auto existing = load(txn, queue);
     if (!existing) {
@@ -725,8 +730,8 @@ class LmdbBroker final : public Broker {
 
   [[noreturn]] void damaged_queue(const std::string& queue) const {
     throw Error(ErrorKind::Io,
-                fmt::format("{}: queue {}: its record is damaged (checksum mismatch)",
-                            env_->path(), queue));
+                fmt::format("{}: queue {}: its record is damaged (checksum mismatch)", env_->path(),
+                            queue));
   }
 
   void remember_done(QueueView& view, const std::string& key, Millis keep) {
@@ -734,9 +739,9 @@ class LmdbBroker final : public Broker {
     auto done_key = store::key_q_bytes(view.rec.qid, key);
     if (auto old = view.txn.get(db().done, done_key)) {
       auto old_done = store::decode_done(*old, view.txn.format());
-      if (!old_done) damaged_meta(fmt::format("queue {}: the done entry of key {}", view.name, key));
-      view.txn.del(db().done_expiry,
-                   store::key_q_time_bytes(view.rec.qid, old_done->expires, key));
+      if (!old_done)
+        damaged_meta(fmt::format("queue {}: the done entry of key {}", view.name, key));
+      view.txn.del(db().done_expiry, store::key_q_time_bytes(view.rec.qid, old_done->expires, key));
     }
     view.txn.put(db().done, done_key, store::encode(store::DoneRecord{expires}));
     view.txn.put(db().done_expiry, store::key_q_time_bytes(view.rec.qid, expires, key), {});
@@ -817,7 +822,8 @@ class LmdbBroker final : public Broker {
         if (store::key_time(c.key()) > now) break;
         ++n;
         if (dbi != db().leases || !rec.config.fifo) continue;
-        auto header = txn.get(db().messages, store::key_q_seq(rec.qid, store::key_time_seq(c.key())));
+        auto header =
+            txn.get(db().messages, store::key_q_seq(rec.qid, store::key_time_seq(c.key())));
         if (auto decoded = header ? store::decode_header(*header) : std::nullopt)
           ++lapsed_in_group[decoded->group];
       }
@@ -850,7 +856,6 @@ class LmdbBroker final : public Broker {
     return s;
   }
 
-
   std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
@@ -867,10 +872,9 @@ class LmdbBroker final : public Broker {
     auto deliver = [&](std::uint64_t seq, Header header, QueueView::GroupEdit* group) {
       close_lapsed(view, seq, header);
       if (config.max_receives != 0 && header.receive_count >= config.max_receives) {
-        std::string reason =
-            header.reason.empty()
-                ? "not acknowledged after " + plural(header.receive_count, "receive")
-                : header.reason;
+        std::string reason = header.reason.empty() ? "not acknowledged after " +
+                                                         plural(header.receive_count, "receive")
+                                                   : header.reason;
         view.dead_letter(seq, std::move(header), std::move(reason), group);
         return false;
       }
@@ -878,7 +882,8 @@ class LmdbBroker final : public Broker {
       drop_holder(view, seq);  // of an earlier delivery
       header.receive_count += 1;
       std::uint64_t nonce;
-      do nonce = random_(); while (nonce == 0);
+      do nonce = random_();
+      while (nonce == 0);
       header.nonce = nonce;
       if (!header.first_received_at) header.first_received_at = view.now;
       header.last_received_at = view.now;

@@ -13,9 +13,9 @@ namespace q {
 
 struct LmdbOptions {
   store::OpenOptions open;
-  const Clock* clock = nullptr;            // default: the system clock
-  std::function<std::uint64_t()> random;   // default: seeded from the OS
-  HolderProbe holder_alive;                // default: q::holder_alive (holder.hpp)
+  const Clock* clock = nullptr;           // default: the system clock
+  std::function<std::uint64_t()> random;  // default: seeded from the OS
+  HolderProbe holder_alive;               // default: q::holder_alive (holder.hpp)
 };
 
 std::unique_ptr<Broker> open_lmdb_broker(const LmdbOptions& options);

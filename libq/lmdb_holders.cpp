@@ -89,7 +89,8 @@ void hold(QueueView& view, const Holder& holder, std::uint64_t seq, std::uint64_
   auto qid = view.rec.qid;
   auto holder_key = store::key_holder(qid, holder.pid, holder.start_time);
   if (!view.txn.get(dbi, holder_key))
-    view.txn.put(dbi, holder_key, store::encode(store::HolderRecord{holder.pid_namespace, view.now}));
+    view.txn.put(dbi, holder_key,
+                 store::encode(store::HolderRecord{holder.pid_namespace, view.now}));
   auto check_key = store::key_holder_check(qid);
   if (!view.txn.get(dbi, check_key))
     view.txn.put(dbi, check_key, store::encode(store::HolderCheck{view.now}));

@@ -41,8 +41,7 @@ void pick_standard(QueueView& view, std::uint64_t want, const Deliver& deliver) 
 // of groups not held and, within this receive, from the groups already
 // taken from (one receive may take several of a group, in order). Each
 // group stays in order, and the oldest work goes first.
-void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group,
-                      const Deliver& deliver) {
+void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group, const Deliver& deliver) {
   struct Next {
     Millis visible_at;
     std::uint64_t seq;
@@ -59,8 +58,7 @@ void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group,
     std::uint64_t next;
     {
       Cursor c(view.txn, view.db.group_messages);
-      if (!c.seek(group_prefix + store::key_seq(seq + 1)) || !c.has_prefix(group_prefix))
-        return;
+      if (!c.seek(group_prefix + store::key_seq(seq + 1)) || !c.has_prefix(group_prefix)) return;
       next = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
     }
     Millis visible_at = indexed_header(view, next).visible_at;

@@ -91,7 +91,8 @@ class ReadOnlyTxn {
  private:
   MDB_txn* txn_ = nullptr;
 };
-static_assert(sizeof(void*) == 8 && sizeof(std::size_t) == 8, "the meta offsets are those of 64-bit hosts");
+static_assert(sizeof(void*) == 8 && sizeof(std::size_t) == 8,
+              "the meta offsets are those of 64-bit hosts");
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -108,8 +109,7 @@ void make_dirs(const std::string& dir) {
   if (dir.empty() || dir == "." || dir == "/") return;
   struct stat st {};
   if (stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode))
-      throw Error(ErrorKind::Io, fmt::format("{}: not a directory", dir));
+    if (!S_ISDIR(st.st_mode)) throw Error(ErrorKind::Io, fmt::format("{}: not a directory", dir));
     return;
   }
   make_dirs(parent_dir(dir));
@@ -170,8 +170,7 @@ unsigned long long file_size_limit_reached(int fd) {
 }
 
 std::string describe_owner(const struct stat& st) {
-  return fmt::format("mode {:04o}, owner uid {} gid {}", st.st_mode & 07777, st.st_uid,
-                     st.st_gid);
+  return fmt::format("mode {:04o}, owner uid {} gid {}", st.st_mode & 07777, st.st_uid, st.st_gid);
 }
 
 // EACCES on a queue file: say which of the file, its lock file and its
@@ -206,9 +205,7 @@ std::string describe_owner(const struct stat& st) {
               fmt::format("{}: {}: permission denied (for {})", path, doing, who));
 }
 
-MDB_val as_val(std::string_view s) {
-  return MDB_val{s.size(), const_cast<char*>(s.data())};
-}
+MDB_val as_val(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
 
 bool same_file(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
@@ -238,7 +235,8 @@ class PinnedNames {
       return;
     }
     // /proc may be missing, or another process's (a foreign mount).
-    struct stat named {}, ours {};
+    struct stat named {
+    }, ours{};
     if (stat(data.c_str(), &named) != 0 || fstat(data_fd, &ours) != 0 || !same_file(named, ours)) {
       remove();
       return;
@@ -459,13 +457,14 @@ void Env::attach_read_only() {
                               lock, who, needs));
     if (errno == EACCES || errno == EPERM) {
       struct stat lst {};
-      throw Error(ErrorKind::Permission,
-                  fmt::format("{}: cannot open lock file: permission denied: no write "
-                              "permission for this user ({}{}); {}",
-                              lock, who,
-                              stat(lock.c_str(), &lst) == 0 ? "; the file has " + describe_owner(lst)
-                                                            : std::string(),
-                              needs));
+      throw Error(
+          ErrorKind::Permission,
+          fmt::format("{}: cannot open lock file: permission denied: no write "
+                      "permission for this user ({}{}); {}",
+                      lock, who,
+                      stat(lock.c_str(), &lst) == 0 ? "; the file has " + describe_owner(lst)
+                                                    : std::string(),
+                      needs));
     }
     fail_errno(errno, lock, "cannot open lock file");
   }
@@ -491,8 +490,7 @@ void Env::attach() {
   }
   struct stat st {};
   if (fstat(fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
-  if (!S_ISREG(st.st_mode))
-    throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
 
   // An empty file is what a crash of an older q during its first create left.
   bool fresh = st.st_size == 0;
@@ -555,7 +553,8 @@ void Env::verify_lmdb_files(int lock_fd) {
   if (mdb_env_get_fd(env_, &lmdb_fd) != 0) return;
   const auto* head = reinterpret_cast<const LmdbEnvHead*>(env_);
   if (head->data_fd != lmdb_fd) return;  // not the layout this was written for
-  struct stat ours {}, theirs {};
+  struct stat ours {
+  }, theirs{};
   auto differs = [&](int mine, int lmdbs) {
     return lmdbs >= 0 && fstat(mine, &ours) == 0 && fstat(lmdbs, &theirs) == 0 &&
            !same_file(ours, theirs);
@@ -626,7 +625,8 @@ void Env::refuse_truncated() {
     for (std::size_t i = 1; i <= count && i < words; ++i) {
       std::uint64_t page = 0;
       std::memcpy(&page, ids + 8 * i, 8);
-      if (page >= pages_in_file && page <= meta.last_page) free_past_end[page - pages_in_file] = true;
+      if (page >= pages_in_file && page <= meta.last_page)
+        free_past_end[page - pages_in_file] = true;
     }
   });
   for (std::size_t i = 0; i < free_past_end.size(); ++i)
@@ -755,7 +755,7 @@ void Env::init_databases(bool may_initialize) {
     throw Error(ErrorKind::Io,
                 fmt::format("{}: queue file format {} is not supported (this q reads format {})",
                             options_.path, *version, kFormatVersion));
-  txn.commit();  // keeps the database handles open for later transactions
+  txn.commit();           // keeps the database handles open for later transactions
   note_format(*version);  // an older format is upgraded by the first write
 }
 
@@ -846,17 +846,19 @@ void Env::notice_bell_problem() {
   struct stat st {};
   const std::string has =
       lstat(wake.c_str(), &st) == 0 ? fmt::format("; the file has {}", describe_owner(st)) : "";
-  g_notice(fmt::format("{}: no write permission for this user (uid {} gid {}{}): receivers "
-                       "waiting with --wait are not woken at once by this process's writes "
-                       "(up to {} ms late); give it the permissions of {}",
-                       wake, geteuid(), getegid(), has, Bell::kSlice, options_.path));
+  g_notice(
+      fmt::format("{}: no write permission for this user (uid {} gid {}{}): receivers "
+                  "waiting with --wait are not woken at once by this process's writes "
+                  "(up to {} ms late); give it the permissions of {}",
+                  wake, geteuid(), getegid(), has, Bell::kSlice, options_.path));
 }
 
 Bell* Env::bell() { return bell_.get(); }
 
 void Env::refuse_if_replaced() {
   if (!staging_.empty() || fd_ < 0) return;  // not published yet: it has no name
-  struct stat ours {}, named {};
+  struct stat ours {
+  }, named{};
   if (fstat(fd_, &ours) != 0) return;
   if (stat(options_.path.c_str(), &named) == 0) {
     if (same_file(ours, named)) return;
@@ -876,14 +878,12 @@ void Env::fail(int rc, const std::string& doing) {
   const std::string& path = options_.path;
   switch (rc) {
     case EACCES:
-    case EPERM:
-      fail_access(path, doing);
+    case EPERM: fail_access(path, doing);
     case EROFS:
       throw Error(ErrorKind::Permission,
                   fmt::format("{}: {}: the filesystem is read-only", path, doing));
     case ENOSPC:
-    case EDQUOT:
-      throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
+    case EDQUOT: throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
     case EFBIG:
     case EIO:
       if (auto limit = file_size_limit_reached(fd_))
@@ -901,8 +901,8 @@ void Env::fail(int rc, const std::string& doing) {
       g_lmdb_activity.damaged = 1;
       [[fallthrough]];
     case MDB_INVALID:
-      throw Error(ErrorKind::Io, fmt::format("{}: {}: the file is corrupt ({})", path, doing,
-                                             mdb_strerror(rc)));
+      throw Error(ErrorKind::Io,
+                  fmt::format("{}: {}: the file is corrupt ({})", path, doing, mdb_strerror(rc)));
     case MDB_VERSION_MISMATCH:
       throw Error(ErrorKind::Io,
                   fmt::format("{}: {}: made by an incompatible LMDB version", path, doing));
@@ -910,10 +910,9 @@ void Env::fail(int rc, const std::string& doing) {
       throw Error(ErrorKind::Busy,
                   fmt::format("{}: {}: too many processes have the file open", path, doing));
     case MDB_MAP_FULL:
-      throw Error(ErrorKind::Io, fmt::format("{}: {}: the file reached its 1 TiB map size",
-                                             path, doing));
-    default:
-      throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", path, doing, mdb_strerror(rc)));
+      throw Error(ErrorKind::Io,
+                  fmt::format("{}: {}: the file reached its 1 TiB map size", path, doing));
+    default: throw Error(ErrorKind::Io, fmt::format("{}: {}: {}", path, doing, mdb_strerror(rc)));
   }
 }
 
@@ -928,7 +927,8 @@ void Env::refuse_own_file(const std::string& target) {
       {path + "-wake", "the queue file's doorbell"},
       {path + ".creating", "the queue file's name while it is created"},
   };
-  struct stat target_dir {}, our_dir {}, target_st {}, own_st {};
+  struct stat target_dir {
+  }, our_dir{}, target_st{}, own_st{};
   const bool same_dir = stat(parent_dir(target).c_str(), &target_dir) == 0 &&
                         stat(parent_dir(path).c_str(), &our_dir) == 0 &&
                         same_file(target_dir, our_dir);
@@ -947,12 +947,11 @@ void Env::refuse_own_file(const std::string& target) {
 
 void Env::copy_to(const std::string& target) {
   struct stat st {};
-  if (!target.empty() && (target.back() == '/' ||
-                          (stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode))))
+  if (!target.empty() &&
+      (target.back() == '/' || (stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode))))
     throw Error(ErrorKind::Usage,
-                fmt::format("{}: is a directory; name the copy's file, like {}{}{}", target,
-                            target, target.back() == '/' ? "" : "/",
-                            files::base_name(options_.path)));
+                fmt::format("{}: is a directory; name the copy's file, like {}{}{}", target, target,
+                            target.back() == '/' ? "" : "/", files::base_name(options_.path)));
   refuse_own_file(target);
   struct stat source {};
   if (fstat(fd_, &source) != 0) fail_errno(errno, options_.path, "cannot stat queue file");
@@ -988,8 +987,8 @@ void Env::copy_to(const std::string& target) {
 
 Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
   if (env_.damaged())
-    throw Error(ErrorKind::Io, fmt::format("{}: the file is damaged (LMDB reported it earlier)",
-                                           env_.path()));
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: the file is damaged (LMDB reported it earlier)", env_.path()));
   env_.reopen_if_published();
   env_.refuse_if_replaced();
   if (mode == Write && env_.read_only())

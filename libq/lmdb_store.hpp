@@ -20,17 +20,17 @@
 namespace q::store {
 
 // Keys of the meta database.
-constexpr const char* kFormatKey = "q-format";    // encode_format: the file's format
-constexpr const char* kNextSeqKey = "next-seq";   // encode_meta_number: the next message's seq
-constexpr const char* kNextQidKey = "next-qid";   // encode_meta_number: the next queue's id
+constexpr const char* kFormatKey = "q-format";   // encode_format: the file's format
+constexpr const char* kNextSeqKey = "next-seq";  // encode_meta_number: the next message's seq
+constexpr const char* kNextQidKey = "next-qid";  // encode_meta_number: the next queue's id
 
 // What this process is doing inside LMDB, for a watchdog outside libq (the
 // CLI's): LMDB trusts its pages, and a damaged one can make it loop forever
 // inside a single call. Plain stores, cheap enough for every call.
 struct LmdbActivity {
-  volatile std::sig_atomic_t inside = 0;  // 1 while in a call that reads or writes pages
-  volatile unsigned long calls = 0;       // such calls started so far
-  volatile std::sig_atomic_t damaged = 0; // LMDB has reported a damaged page
+  volatile std::sig_atomic_t inside = 0;   // 1 while in a call that reads or writes pages
+  volatile unsigned long calls = 0;        // such calls started so far
+  volatile std::sig_atomic_t damaged = 0;  // LMDB has reported a damaged page
 };
 extern LmdbActivity g_lmdb_activity;
 
@@ -41,8 +41,8 @@ void set_notice_handler(NoticeHandler handler);
 
 struct OpenOptions {
   std::string path;
-  bool create = false;   // create the file (and its directories) when missing
-  bool durable = true;   // false: commits are not synced (MDB_NOSYNC)
+  bool create = false;  // create the file (and its directories) when missing
+  bool durable = true;  // false: commits are not synced (MDB_NOSYNC)
   Millis lock_timeout = 10 * kSecond;
   // Read transactions only (MDB_RDONLY), for a user who may read the file
   // but not write it: needs read permission on FILE and read and write
@@ -56,9 +56,8 @@ struct OpenOptions {
 constexpr MDB_dbi kAbsentDbi = ~MDB_dbi{0};
 
 struct Databases {
-  MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry,
-      dedup, dedup_expiry, done, done_expiry, groups, group_messages, heads,
-      attempts, workers, pauses;
+  MDB_dbi meta, queues, messages, bodies, ready, delayed, leases, age, dead, dead_expiry, dedup,
+      dedup_expiry, done, done_expiry, groups, group_messages, heads, attempts, workers, pauses;
 };
 
 class Txn;
@@ -165,8 +164,8 @@ class Env {
   // opens it; kept open while LMDB's is (closing any descriptor of a file
   // drops the process's fcntl locks on it, which LMDB's reader table uses).
   int lock_fd_ = -1;
-  int dir_fd_ = -1;            // locked while this process creates the file
-  std::string staging_;        // the new file's temporary name until publish()
+  int dir_fd_ = -1;      // locked while this process creates the file
+  std::string staging_;  // the new file's temporary name until publish()
   bool publish_on_commit_ = false;
   bool reopen_ = false;
   bool damaged_ = false;
@@ -180,8 +179,8 @@ class Env {
   std::vector<AbsentDb> absent_;
   std::uint32_t format_ = 0;
   MDB_dbi holders_dbi_ = 0;
-  bool holders_open_ = false;     // holders_dbi_ is valid in every transaction
-  bool holders_pending_ = false;  // opened by the write transaction under way
+  bool holders_open_ = false;                 // holders_dbi_ is valid in every transaction
+  bool holders_pending_ = false;              // opened by the write transaction under way
   std::size_t holders_absent_at_ = SIZE_MAX;  // transaction id that found none
 };
 

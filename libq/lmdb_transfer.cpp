@@ -27,16 +27,16 @@ void check_imported(QueueView& view, const Message& m, std::size_t index) {
     throw Error(ErrorKind::InvalidData, fmt::format("{}: {}; nothing was imported", where, why));
   };
   if (m.body.size() > config.max_size)
-    refuse(fmt::format("{} bytes, over the queue's max size of {}", m.body.size(),
-                       config.max_size));
+    refuse(
+        fmt::format("{} bytes, over the queue's max size of {}", m.body.size(), config.max_size));
   if (config.fifo && m.group.empty()) refuse("has no group, and this is a FIFO queue");
   if (!config.fifo && !m.group.empty())
     refuse(fmt::format("has group '{}', and this is a standard queue", m.group));
   check_outgoing(view.name, {m.body, m.attributes, m.dedup_id, m.group});
-  for (auto [field, time] : {std::pair{"sent_at", std::optional<Millis>(m.sent_at)},
-                             std::pair{"first_received_at", m.first_received_at},
-                             std::pair{"last_received_at", m.last_received_at},
-                             std::pair{"dead_at", m.dead_at}})
+  for (auto [field, time] :
+       {std::pair{"sent_at", std::optional<Millis>(m.sent_at)},
+        std::pair{"first_received_at", m.first_received_at},
+        std::pair{"last_received_at", m.last_received_at}, std::pair{"dead_at", m.dead_at}})
     if (time && (*time < 0 || *time > view.now))
       refuse(fmt::format("{} {} is in the future (now {})", field, format_time(*time),
                          format_time(view.now)));

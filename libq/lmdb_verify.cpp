@@ -44,8 +44,7 @@ class Verifier {
   std::set<std::string> keys_of(MDB_dbi dbi, const std::string& prefix) {
     std::set<std::string> keys;
     Cursor c(txn_, dbi);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next())
-      keys.emplace(c.key());
+    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix); ok = c.next()) keys.emplace(c.key());
     return keys;
   }
 
@@ -86,7 +85,8 @@ class Verifier {
         referenced_.push_back(seq);
         auto header = decode_header(c.value());
         if (!header) {
-          problem(fmt::format("queue {}: message {}: record damaged (checksum mismatch)", name, id));
+          problem(
+              fmt::format("queue {}: message {}: record damaged (checksum mismatch)", name, id));
           continue;
         }
         check_body(name, id, seq);
@@ -138,8 +138,8 @@ class Verifier {
         referenced_.push_back(seq);
         auto header = decode_header(c.value());
         if (!header) {
-          problem(fmt::format("queue {}: dead letter {}: record damaged (checksum mismatch)",
-                              name, id));
+          problem(fmt::format("queue {}: dead letter {}: record damaged (checksum mismatch)", name,
+                              id));
           continue;
         }
         check_body(name, id, seq);
@@ -155,8 +155,7 @@ class Verifier {
     if (q.rec.config.fifo) check_groups(qid, q, actual_groups);
   }
 
-  void check_groups(std::uint32_t qid, const Queue& q,
-                    std::map<std::string, GroupRecord>& actual) {
+  void check_groups(std::uint32_t qid, const Queue& q, std::map<std::string, GroupRecord>& actual) {
     const std::string prefix = key_q(qid);
     // In-flight messages per group, from the leases index.
     {
@@ -209,7 +208,8 @@ class Verifier {
       problem(fmt::format("queue {}: offered head {} is not the head of a free group", q.name,
                           message_id(key_time_seq(key))));
     if (q.rec.groups != groups)
-      problem(fmt::format("queue {}: groups counter is {}, actual {}", q.name, q.rec.groups, groups));
+      problem(
+          fmt::format("queue {}: groups counter is {}, actual {}", q.name, q.rec.groups, groups));
     if (q.rec.held_groups != held)
       problem(fmt::format("queue {}: held-groups counter is {}, actual {}", q.name,
                           q.rec.held_groups, held));
@@ -225,11 +225,16 @@ class Verifier {
 
   // Index entries whose queue id belongs to no queue.
   void check_unknown_queue_entries() {
-    const std::pair<MDB_dbi, const char*> indexes[] = {
-        {db_.messages, "messages"}, {db_.ready, "ready"},     {db_.delayed, "delayed"},
-        {db_.leases, "leases"},     {db_.age, "age"},         {db_.dead, "dead"},
-        {db_.dead_expiry, "dead-expiry"}, {db_.groups, "groups"}, {db_.heads, "heads"},
-        {db_.group_messages, "group-messages"}};
+    const std::pair<MDB_dbi, const char*> indexes[] = {{db_.messages, "messages"},
+                                                       {db_.ready, "ready"},
+                                                       {db_.delayed, "delayed"},
+                                                       {db_.leases, "leases"},
+                                                       {db_.age, "age"},
+                                                       {db_.dead, "dead"},
+                                                       {db_.dead_expiry, "dead-expiry"},
+                                                       {db_.groups, "groups"},
+                                                       {db_.heads, "heads"},
+                                                       {db_.group_messages, "group-messages"}};
     for (const auto& [dbi, name] : indexes) {
       Cursor c(txn_, dbi);
       for (bool ok = c.first(); ok;) {

@@ -44,9 +44,12 @@ void drop_holder(QueueView& view, std::uint64_t seq);
 // One queue inside one transaction: its record, loaded once and saved at the end.
 class QueueView {
  public:
-  QueueView(Txn& txn, const store::Databases& db, std::string name, QueueRecord record,
-            Millis now)
-      : txn(txn), db(db), name(std::move(name)), rec(std::move(record)), now(now),
+  QueueView(Txn& txn, const store::Databases& db, std::string name, QueueRecord record, Millis now)
+      : txn(txn),
+        db(db),
+        name(std::move(name)),
+        rec(std::move(record)),
+        now(now),
         prefix(store::key_q(rec.qid)) {}
 
   Txn& txn;
@@ -337,7 +340,8 @@ class QueueView {
     rec.delayed -= delays_due;
     rec.ready += delays_due;
     if (auto budget = rate_budget())  // a future stored by a clock ahead is pulled back, once
-      rec.rate_tat_us = static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
+      rec.rate_tat_us =
+          static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
     expire_messages();
     expire_dead_letters();
     expire_keys(db.dedup_expiry, db.dedup);
@@ -374,7 +378,8 @@ class QueueView {
     double now_us = static_cast<double>(now) * 1000;
     double tat = rate_tat(*budget, now_us);
     if (tat > now_us + budget->tolerance_us) return 0;
-    return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) + 1;
+    return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) +
+           1;
   }
 
   void rate_take(std::uint64_t starts) {
@@ -382,7 +387,8 @@ class QueueView {
     if (!budget || starts == 0) return;
     double now_us = static_cast<double>(now) * 1000;
     double tat = rate_tat(*budget, now_us);
-    rec.rate_tat_us = static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
+    rec.rate_tat_us =
+        static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
   }
 
   // The first time the budget allows a start.
@@ -414,8 +420,8 @@ class QueueView {
     }
     for (auto seq : old) {
       auto header = find_header(db.messages, seq);
-      if (!header) corrupt(fmt::format("message {} is in the age index but missing",
-                                       store::message_id(seq)));
+      if (!header)
+        corrupt(fmt::format("message {} is in the age index but missing", store::message_id(seq)));
       remove_live(seq, *header);
     }
     rec.counters.expired += old.size();
@@ -459,7 +465,8 @@ class QueueView {
   std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit = SIZE_MAX) {
     std::vector<std::string> due;
     Cursor c(txn, index);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit; ok = c.next()) {
+    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit;
+         ok = c.next()) {
       if (store::key_time(c.key()) > now) break;
       due.emplace_back(c.key());
     }

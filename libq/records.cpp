@@ -25,8 +25,7 @@ std::uint32_t crc32c_table(const unsigned char* p, std::size_t n, std::uint32_t 
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char* p,
-                                                             std::size_t n,
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char* p, std::size_t n,
                                                              std::uint32_t crc) {
   std::uint64_t c = crc;
   while (n >= 8) {
@@ -251,9 +250,12 @@ std::optional<std::uint64_t> parse_hex(std::string_view s, std::size_t max_digit
   std::uint64_t v = 0;
   for (char c : s) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return std::nullopt;
     v = (v << 4) | static_cast<std::uint64_t>(d);
   }
   return v;

@@ -34,9 +34,9 @@ std::string key_seq(std::uint64_t seq);
 std::string key_q(std::uint32_t qid);  // prefix of every key of a queue
 
 std::uint32_t key_qid(std::string_view key);
-Millis key_time(std::string_view key);         // of a (qid, time, ...) key
-std::uint64_t key_time_seq(std::string_view key);   // seq of a (qid, time, seq) key
-std::uint64_t key_q_seq_seq(std::string_view key);  // seq of a (qid, seq) key
+Millis key_time(std::string_view key);                  // of a (qid, time, ...) key
+std::uint64_t key_time_seq(std::string_view key);       // seq of a (qid, time, seq) key
+std::uint64_t key_q_seq_seq(std::string_view key);      // seq of a (qid, seq) key
 std::string_view key_time_bytes(std::string_view key);  // bytes of (qid, time, bytes)
 
 // ---- message ids and receipts ------------------------------------------------
@@ -61,7 +61,7 @@ struct Header {
   std::uint32_t receive_count = 0;
   Millis sent_at = 0;
   Millis visible_at = 0;
-  Millis available_at = 0;  // first became available; orders the age index
+  Millis available_at = 0;       // first became available; orders the age index
   Millis first_received_at = 0;  // 0: never
   Millis last_received_at = 0;
   Millis dead_at = 0;

@@ -31,8 +31,8 @@ void check_range(const char* field, Millis value, Millis low, Millis high, const
 bool is_valid_queue_name(const std::string& name) {
   if (name.empty() || name.size() > kMaxQueueName) return false;
   return std::all_of(name.begin(), name.end(), [](unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
   });
 }
 
@@ -138,8 +138,8 @@ void check_attribute_bytes(const std::string& queue, const Attributes& attribute
   for (const auto& [key, value] : attributes) bytes += key.size() + value.size();
   if (bytes > kMaxAttributeBytes)
     throw Error(ErrorKind::InvalidData,
-                fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}",
-                            queue, bytes, kMaxAttributeBytes));
+                fmt::format("queue {}: attributes of {} bytes (keys and values), at most {}", queue,
+                            bytes, kMaxAttributeBytes));
 }
 
 void check_outgoing(const std::string& queue, const OutgoingMessage& m) {
@@ -165,9 +165,9 @@ void check_send_against(const std::string& queue, const QueueConfig& config,
                         const std::vector<OutgoingMessage>& messages, const SendOptions& options) {
   for (const auto& m : messages) {
     if (!config.fifo && !m.group.empty())
-      refuse(ErrorKind::Usage, "group",
-             fmt::format("queue {}: group applies to FIFO queues only (this one is standard)",
-                         queue));
+      refuse(
+          ErrorKind::Usage, "group",
+          fmt::format("queue {}: group applies to FIFO queues only (this one is standard)", queue));
     if (config.fifo && m.group.empty())
       refuse(ErrorKind::Usage, "group",
              fmt::format("queue {}: is a FIFO queue: every message needs group ID", queue));
@@ -224,15 +224,13 @@ void check_nack(const NackOptions& options) {
   check_range("delay", options.delay, 0, kMaxDelay, "0s and 12h");
   if (options.reason.size() > kMaxReason)
     refuse(ErrorKind::InvalidData, "reason",
-           fmt::format("reason: {} bytes, at most {} are kept", options.reason.size(),
-                       kMaxReason));
+           fmt::format("reason: {} bytes, at most {} are kept", options.reason.size(), kMaxReason));
 }
 
 void check_idempotency_key(const std::string& key) {
   if (key.empty() || key.size() > kMaxIdempotencyKey)
-    throw Error(ErrorKind::InvalidData,
-                fmt::format("idempotency key of {} bytes: must be 1 to {}", key.size(),
-                            kMaxIdempotencyKey));
+    throw Error(ErrorKind::InvalidData, fmt::format("idempotency key of {} bytes: must be 1 to {}",
+                                                    key.size(), kMaxIdempotencyKey));
 }
 
 std::uint64_t parse_id(const std::string& id, const char* field) {

@@ -56,7 +56,7 @@ std::optional<Millis> parse_duration(std::string_view s) {
   std::string_view rest = s;
   if (!read_number(rest, number)) return std::nullopt;
   constexpr std::int64_t kLimit = std::int64_t{1} << 53;  // exact in a double, far past any use
-  if (rest.empty()) {  // bare seconds
+  if (rest.empty()) {                                     // bare seconds
     if (number > kLimit / kSecond) return std::nullopt;
     return number * kSecond;
   }
@@ -71,8 +71,8 @@ std::optional<Millis> parse_duration(std::string_view s) {
     if (rest.substr(0, 2) == "ms") {
       unit = 1;
       rest.remove_prefix(2);
-    } else if (!rest.empty() && (rest[0] == 's' || rest[0] == 'm' || rest[0] == 'h' ||
-                                 rest[0] == 'd')) {
+    } else if (!rest.empty() &&
+               (rest[0] == 's' || rest[0] == 'm' || rest[0] == 'h' || rest[0] == 'd')) {
       unit = rest[0] == 's' ? kSecond : rest[0] == 'm' ? kMinute : rest[0] == 'h' ? kHour : kDay;
       rest.remove_prefix(1);
     } else {
@@ -108,10 +108,9 @@ std::optional<Millis> parse_time(std::string_view s) {
   }
   int year, month, day, hour, minute, second;
   if (!read_fixed(s, 4, year) || !read_char(s, '-') || !read_fixed(s, 2, month) ||
-      !read_char(s, '-') || !read_fixed(s, 2, day) ||
-      !(read_char(s, 'T') || read_char(s, ' ')) || !read_fixed(s, 2, hour) ||
-      !read_char(s, ':') || !read_fixed(s, 2, minute) || !read_char(s, ':') ||
-      !read_fixed(s, 2, second))
+      !read_char(s, '-') || !read_fixed(s, 2, day) || !(read_char(s, 'T') || read_char(s, ' ')) ||
+      !read_fixed(s, 2, hour) || !read_char(s, ':') || !read_fixed(s, 2, minute) ||
+      !read_char(s, ':') || !read_fixed(s, 2, second))
     return std::nullopt;
   // timegm rolls impossible fields over (Feb 30 is Mar 2): refuse them here.
   if (month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 ||

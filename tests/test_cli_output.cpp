@@ -28,8 +28,8 @@ TEST(Base64, RoundTripsEveryLengthAndByte) {
 
 // The old decoder stopped at the first '=' and ignored the rest.
 TEST(Base64, DecoderRefusesMalformedInput) {
-  for (const char* bad : {"Zm8", "Zm8=Zm8=", "Z===", "=Zm8", "Zm 8=", "Zm8=\n", "Zm9=", "Zg=",
-                          "Zh==", "Zm8!", "Zm==Zm=="})
+  for (const char* bad : {"Zm8", "Zm8=Zm8=", "Z===", "=Zm8", "Zm 8=", "Zm8=\n",
+                          "Zm9=", "Zg=", "Zh==", "Zm8!", "Zm==Zm=="})
     EXPECT_FALSE(unbase64(bad).has_value()) << bad;
   EXPECT_EQ(unbase64(""), "");
   EXPECT_EQ(unbase64("Zg=="), "f");
@@ -37,7 +37,8 @@ TEST(Base64, DecoderRefusesMalformedInput) {
 
 // Whatever the bytes, what q writes as JSON parses as JSON.
 TEST(Json, StringsAreAlwaysValidAndControlsEscaped) {
-  const std::string nasty = std::string("a\xff\xfe b\x01\x7f c\xc2\x9b[31m d\xe2\x82 \"\\\n\0e", 22);
+  const std::string nasty =
+      std::string("a\xff\xfe b\x01\x7f c\xc2\x9b[31m d\xe2\x82 \"\\\n\0e", 22);
   auto text = json_string(nasty);
   nlohmann::json parsed;
   ASSERT_NO_THROW(parsed = nlohmann::json::parse(text)) << text;
@@ -52,7 +53,9 @@ TEST(Json, AttributesAreLosslessAndLastValueWins) {
   q::Message m;
   m.id = "m1";
   m.body = "x";
-  m.attributes = {{"k", "1"}, {"bin", std::string("\xff\x00\x01", 3)}, {"k", "2"},
+  m.attributes = {{"k", "1"},
+                  {"bin", std::string("\xff\x00\x01", 3)},
+                  {"k", "2"},
                   {std::string("\xfe", 1), "v"}};
   auto line = message_json(m, true);
   nlohmann::json j;
@@ -60,8 +63,8 @@ TEST(Json, AttributesAreLosslessAndLastValueWins) {
   EXPECT_EQ(j["attributes"], nlohmann::json({{"k", "2"}}));
   EXPECT_EQ(j["attributes_base64"].size(), 2u);
   auto back = attributes_from_json(j);
-  q::Attributes want = {{"k", "2"}, {"bin", std::string("\xff\x00\x01", 3)},
-                        {std::string("\xfe", 1), "v"}};
+  q::Attributes want = {
+      {"k", "2"}, {"bin", std::string("\xff\x00\x01", 3)}, {std::string("\xfe", 1), "v"}};
   std::sort(back.begin(), back.end());
   std::sort(want.begin(), want.end());
   EXPECT_EQ(back, want);
@@ -73,7 +76,9 @@ TEST(Json, AttributesAreLosslessAndLastValueWins) {
 }
 
 TEST(Text, EscapesC1ControlsLikeC0) {
-  EXPECT_EQ(text_escape("a\xc2\x9b" "31mb"), "a\\xc2\\x9b31mb");
+  EXPECT_EQ(text_escape("a\xc2\x9b"
+                        "31mb"),
+            "a\\xc2\\x9b31mb");
   EXPECT_EQ(text_escape("a\xc2\x85z"), "a\\xc2\\x85z");
   EXPECT_EQ(text_escape("\xc2\xa0\xc3\xa9"), "\xc2\xa0\xc3\xa9") << "U+00A0 and é are text";
   EXPECT_EQ(text_escape("r\r"), "r\\r");

@@ -62,7 +62,6 @@ class FifoTest : public ::testing::Test {
     ASSERT_EQ(broker_->ack("orders", {m.receipt}).at(0).outcome, ReceiptOutcome::Done);
   }
 
-
   q::testing::TempDir tmp_;
   const fs::path& dir_ = tmp_.path();
   FakeClock clock_;

@@ -72,9 +72,9 @@ std::string everything(Broker& broker) {
         << c.dead_lettered << " " << c.redriven << " " << c.expired << " " << c.deduplicated
         << "\n";
     broker.export_messages(s.name, [&](const Message& m) {
-      out << "  " << m.id << " " << to_string(m.state) << " " << m.body << " rc "
-          << m.receive_count << " reason '" << m.reason << "' dedup '" << m.dedup_id
-          << "' group '" << m.group << "' visible_at " << m.visible_at << "\n";
+      out << "  " << m.id << " " << to_string(m.state) << " " << m.body << " rc " << m.receive_count
+          << " reason '" << m.reason << "' dedup '" << m.dedup_id << "' group '" << m.group
+          << "' visible_at " << m.visible_at << "\n";
     });
   }
   return out.str();
@@ -123,10 +123,11 @@ TEST_F(FormatTest, Format1FixtureIsReadAsItIsThenUpgradedByTheFirstWrite) {
     EXPECT_EQ(broker->dead_letters("mail", 10).size(), 2u);
   }
   // The fixture holds what the upgrade must carry over.
-  for (const char* want :
-       {"jobs visible 2 in_flight 1 delayed 1 dead 0", "mail visible 1 in_flight 0 delayed 0 dead 2",
-        "orders visible 2 in_flight 1 delayed 0 dead 0 groups 2/1", "reason 'smtp 550 no such user'",
-        "reason 'smtp 421 try later'", "reason 'try again'", "dedup 'order-1'", "dedup 'o-1'"})
+  for (const char* want : {"jobs visible 2 in_flight 1 delayed 1 dead 0",
+                           "mail visible 1 in_flight 0 delayed 0 dead 2",
+                           "orders visible 2 in_flight 1 delayed 0 dead 0 groups 2/1",
+                           "reason 'smtp 550 no such user'", "reason 'smtp 421 try later'",
+                           "reason 'try again'", "dedup 'order-1'", "dedup 'o-1'"})
     EXPECT_NE(seen.find(want), std::string::npos) << want << "\nin:\n" << seen;
   // Reading wrote nothing: the file is still format 1, byte for byte.
   EXPECT_EQ(file_bytes(path_), original);
@@ -134,7 +135,8 @@ TEST_F(FormatTest, Format1FixtureIsReadAsItIsThenUpgradedByTheFirstWrite) {
   {
     auto broker = open();
     // The first write: acking the lease of the fixture upgrades the file.
-    auto jobs = std::find_if(leased.begin(), leased.end(), [](auto& l) { return l.queue == "jobs"; });
+    auto jobs =
+        std::find_if(leased.begin(), leased.end(), [](auto& l) { return l.queue == "jobs"; });
     auto acked = broker->ack("jobs", {jobs->receipt});
     ASSERT_EQ(acked.size(), 1u);
     EXPECT_EQ(acked[0].outcome, ReceiptOutcome::Done) << acked[0].detail;
@@ -161,7 +163,8 @@ TEST_F(FormatTest, Format1FixtureIsReadAsItIsThenUpgradedByTheFirstWrite) {
   EXPECT_EQ(after.substr(after.find('\n')), expected.substr(expected.find('\n')));
 
   // The FIFO lease is still valid, and releases its group.
-  auto orders = std::find_if(leased.begin(), leased.end(), [](auto& l) { return l.queue == "orders"; });
+  auto orders =
+      std::find_if(leased.begin(), leased.end(), [](auto& l) { return l.queue == "orders"; });
   EXPECT_EQ(broker->ack("orders", {orders->receipt})[0].outcome, ReceiptOutcome::Done);
   auto next = broker->receive("orders", {2, {}, 0, false, false});
   ASSERT_EQ(next.size(), 2u);
@@ -202,7 +205,9 @@ TEST_F(FormatTest, Format1UpgradeWithADamagedEntryLeavesTheFileAsItWas) {
   const std::string original = file_bytes(path_);
   {
     auto broker = open();
-    EXPECT_EQ(q::testing::error_of([&] { broker->send("tasks", {{"x", {}, ""}}, {}); }),
+    EXPECT_EQ(q::testing::error_of([&] {
+                broker->send("tasks", {{"x", {}, ""}}, {});
+              }),
               ErrorKind::Io);
     EXPECT_FALSE(broker->verify().empty());
   }

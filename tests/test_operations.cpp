@@ -16,12 +16,8 @@ namespace {
 
 class OperationsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    broker_ = open((dir_ / "ops.q").string(), true);
-  }
-  void TearDown() override {
-    broker_.reset();
-  }
+  void SetUp() override { broker_ = open((dir_ / "ops.q").string(), true); }
+  void TearDown() override { broker_.reset(); }
   std::unique_ptr<Broker> open(const std::string& path, bool create = false) {
     LmdbOptions options;
     options.open.path = path;
@@ -50,10 +46,10 @@ class OperationsTest : public ::testing::Test {
     NackOptions later;
     later.delay = kHour;
     broker_->nack("jobs", receive("jobs").receipt, later);  // delayed
-    for (int i = 0; i < 3; ++i) send("orders", "o" + std::to_string(i), "g" + std::to_string(i % 2));
+    for (int i = 0; i < 3; ++i)
+      send("orders", "o" + std::to_string(i), "g" + std::to_string(i % 2));
     receive("orders");
   }
-
 
   q::testing::TempDir tmp_;
   const fs::path& dir_ = tmp_.path();
@@ -217,7 +213,8 @@ TEST(AckAndSend, AcksAndSendsInOneTransactionOrNeither) {
   auto visible = [&](const std::string& queue) { return broker->stats(queue).at(0).visible; };
 
   auto m = take("x");
-  auto done = broker->ack_and_send("src", m.receipt, "dst", {{"X1", {{"k", "v"}}, ""}, {"X2", {}, ""}}, {});
+  auto done =
+      broker->ack_and_send("src", m.receipt, "dst", {{"X1", {{"k", "v"}}, ""}, {"X2", {}, ""}}, {});
   EXPECT_EQ(done.outcome, ReceiptOutcome::Done);
   ASSERT_EQ(done.sent.size(), 2u);
   EXPECT_EQ(visible("dst"), 2u);
@@ -236,17 +233,24 @@ TEST(AckAndSend, AcksAndSendsInOneTransactionOrNeither) {
   EXPECT_EQ(broker->stats("src").at(0).counters.acked, 1u);
 
   // DST refuses (full): nothing sent and the source is not acked.
-  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "dst", {{"Z", {}, ""}}, {}); }),
+  EXPECT_EQ(error_of([&] {
+              broker->ack_and_send("src", again.receipt, "dst", {{"Z", {}, ""}}, {});
+            }),
             ErrorKind::Full);
   EXPECT_EQ(visible("dst"), 2u);
   EXPECT_EQ(broker->stats("src").at(0).in_flight, 1u);
-  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "nosuch", {{"Z", {}, ""}}, {}); }),
+  EXPECT_EQ(error_of([&] {
+              broker->ack_and_send("src", again.receipt, "nosuch", {{"Z", {}, ""}}, {});
+            }),
             ErrorKind::NotFound);
-  EXPECT_EQ(error_of([&] { broker->ack_and_send("src", again.receipt, "src", {{"Z", {}, ""}}, {}); }),
+  EXPECT_EQ(error_of([&] {
+              broker->ack_and_send("src", again.receipt, "src", {{"Z", {}, ""}}, {});
+            }),
             ErrorKind::Usage);
   EXPECT_EQ(broker->stats("src").at(0).in_flight, 1u);
   // Nothing to send: a plain ack.
-  EXPECT_EQ(broker->ack_and_send("src", again.receipt, "dst", {}, {}).outcome, ReceiptOutcome::Done);
+  EXPECT_EQ(broker->ack_and_send("src", again.receipt, "dst", {}, {}).outcome,
+            ReceiptOutcome::Done);
   EXPECT_EQ(broker->stats("src").at(0).in_flight, 0u);
   EXPECT_EQ(broker->verify(), std::vector<std::string>{});
 }

@@ -54,8 +54,8 @@ class QueueTest : public ::testing::Test {
     broker_->create_queue(queue, change);
   }
 
-  std::string send(const std::string& queue, const std::string& body,
-                   SendOptions options = {}, const std::string& dedup = "") {
+  std::string send(const std::string& queue, const std::string& body, SendOptions options = {},
+                   const std::string& dedup = "") {
     std::vector<OutgoingMessage> batch{{body, {}, dedup}};
     return broker_->send(queue, std::move(batch), options).at(0).id;
   }
@@ -79,7 +79,6 @@ class QueueTest : public ::testing::Test {
   ReceiptOutcome ack(const std::string& queue, const std::string& receipt) {
     return broker_->ack(queue, {receipt}).at(0).outcome;
   }
-
 
   q::testing::TempDir tmp_;
   const fs::path& dir_ = tmp_.path();
@@ -114,7 +113,8 @@ TEST_F(QueueTest, CreateIsIdempotentButRefusesConflictingSettings) {
 }
 
 TEST_F(QueueTest, QueueNamesAreChecked) {
-  for (std::string bad : std::vector<std::string>{"", "has space", "slash/y", "ünï", std::string(81, 'a')})
+  for (std::string bad :
+       std::vector<std::string>{"", "has space", "slash/y", "ünï", std::string(81, 'a')})
     EXPECT_EQ(error_of([&] { broker_->create_queue(bad, {}); }), ErrorKind::Usage) << bad;
   EXPECT_TRUE(broker_->create_queue(std::string(80, 'a'), {}));
   EXPECT_TRUE(broker_->create_queue("A-z_0.9", {}));
@@ -318,8 +318,7 @@ TEST_F(QueueTest, MalformedReceiptsAreInvalidData) {
   create("q");
   for (std::string bad : {"", "m1", "m1.", "m1.xyz", "-m1.0123456789abcdef", "m01.0123456789abcdef",
                           "m1.0000000000000000", "m1.0123456789ABCDEF"}) {
-    EXPECT_EQ(error_of([&] { broker_->extend("q", bad, kSecond); }), ErrorKind::InvalidData)
-        << bad;
+    EXPECT_EQ(error_of([&] { broker_->extend("q", bad, kSecond); }), ErrorKind::InvalidData) << bad;
   }
 }
 
@@ -340,8 +339,7 @@ TEST_F(QueueTest, ExtendIsBoundedToTwelveHoursAfterReceive) {
   send("q", "x");
   auto m = receive_one("q");
   clock_.advance(kHour);
-  EXPECT_EQ(error_of([&] { broker_->extend("q", m.receipt, 12 * kHour); }),
-            ErrorKind::InvalidData);
+  EXPECT_EQ(error_of([&] { broker_->extend("q", m.receipt, 12 * kHour); }), ErrorKind::InvalidData);
   broker_->extend("q", m.receipt, 11 * kHour);
   EXPECT_EQ(error_of([&] { broker_->extend("q", m.receipt, 13 * kHour); }), ErrorKind::Usage);
 }
@@ -1070,8 +1068,9 @@ TEST_F(QueueTest, ImportTreatsARepeatAsOneAndRenumbersInOrder) {
   create("i");
   send("i", "occupies m1");
   auto ids = broker_->import_messages(
-      "i", {imported("m1", "a", clock_.now()), imported("m2", "b", clock_.now()),
-            imported("m2", "b", clock_.now())},
+      "i",
+      {imported("m1", "a", clock_.now()), imported("m2", "b", clock_.now()),
+       imported("m2", "b", clock_.now())},
       false);
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(ids[1], ids[2]);

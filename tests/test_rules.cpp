@@ -26,8 +26,8 @@ q::Error thrown(const std::function<void()>& f) {
 TEST(Rules, QueueNames) {
   EXPECT_NO_THROW(q::check_queue_name("orders.v2_x-y"));
   EXPECT_NO_THROW(q::check_queue_name(std::string(q::kMaxQueueName, 'n')));
-  for (const std::string& bad : std::initializer_list<std::string>{
-           "", "a b", "bäd", std::string(q::kMaxQueueName + 1, 'n')})
+  for (const std::string& bad :
+       std::initializer_list<std::string>{"", "a b", "bäd", std::string(q::kMaxQueueName + 1, 'n')})
     EXPECT_EQ(thrown([&] { q::check_queue_name(bad); }).kind(), q::ErrorKind::Usage) << bad;
 }
 
@@ -71,8 +71,9 @@ TEST(Rules, CreateMustAgreeWithTheQueueThatExists) {
   EXPECT_EQ(e.wanted(), "10s");
   EXPECT_EQ(std::string(e.what()), "queue q1: already exists with visibility_timeout 30s");
   // The CLI says it with its flags and its commands.
-  EXPECT_EQ(cli::error_text(e), "queue q1: already exists with --visibility-timeout 30s; change "
-                                "it with 'q config q1 --visibility-timeout 10s'");
+  EXPECT_EQ(cli::error_text(e),
+            "queue q1: already exists with --visibility-timeout 30s; change "
+            "it with 'q config q1 --visibility-timeout 10s'");
   q::ConfigChange fifo;
   fifo.fifo = true;
   EXPECT_EQ(thrown([&] { q::check_agrees("q1", have, fifo); }).kind(), q::ErrorKind::Usage);
@@ -103,8 +104,9 @@ TEST(Rules, FifoQueuesRefuseMessagesWithoutGroupOrWithTheirOwnDelay) {
   delayed.delay = q::kSecond;
   EXPECT_NO_THROW(q::check_send_against("q", fifo, {{"b", {}, "", "g"}}, plain));
   EXPECT_EQ(thrown([&] { q::check_send_against("q", fifo, {{"b"}}, plain); }).field(), "group");
-  EXPECT_EQ(thrown([&] { q::check_send_against("q", standard, {{"b", {}, "", "g"}}, plain); })
-                .kind(),
+  EXPECT_EQ(thrown([&] {
+              q::check_send_against("q", standard, {{"b", {}, "", "g"}}, plain);
+            }).kind(),
             q::ErrorKind::Usage);
   auto e = thrown([&] { q::check_send_against("q", fifo, {{"b", {}, "", "g"}}, delayed); });
   EXPECT_EQ(e.field(), "delay");

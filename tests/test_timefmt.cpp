@@ -48,7 +48,11 @@ TEST(Time, FormatsUtcWithMilliseconds) {
 // Cutting text to a byte budget keeps it valid UTF-8 (issue 17: reasons and
 // stderr tails were cut mid-character, and export then wrote what import refused).
 TEST(Utf8, PrefixAndSuffixNeverSplitACharacter) {
-  const std::string text = "a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d";  // aébcd with é € 😀
+  const std::string text =
+      "a\xc3\xa9"
+      "b\xe2\x82\xac"
+      "c\xf0\x9f\x98\x80"
+      "d";  // aébcd with é € 😀
   ASSERT_TRUE(q::is_utf8(text));
   for (std::size_t n = 0; n <= text.size(); ++n) {
     auto head = q::utf8_prefix(text, n);
@@ -74,11 +78,11 @@ TEST(Duration, RefusesRepeatedOrUnorderedUnits) {
 
 // Issue 12 break 13: impossible dates and offsets were rolled over by timegm.
 TEST(Time, RefusesImpossibleDatesAndOffsets) {
-  for (const char* bad : {"2026-02-30T00:00:00Z", "2026-02-29T00:00:00Z", "2026-04-31T00:00:00Z",
-                          "1900-02-29T00:00:00Z", "2026-01-01T00:00:00+25:00",
-                          "2026-01-01T00:00:00-24:00", "2026-01-01T00:00:00+01:60",
-                          "2026-01-01T00:00:00+99:99", "2026-00-10T00:00:00Z",
-                          "2026-01-00T00:00:00Z"})
+  for (const char* bad :
+       {"2026-02-30T00:00:00Z", "2026-02-29T00:00:00Z", "2026-04-31T00:00:00Z",
+        "1900-02-29T00:00:00Z", "2026-01-01T00:00:00+25:00", "2026-01-01T00:00:00-24:00",
+        "2026-01-01T00:00:00+01:60", "2026-01-01T00:00:00+99:99", "2026-00-10T00:00:00Z",
+        "2026-01-00T00:00:00Z"})
     EXPECT_FALSE(parse_time(bad).has_value()) << bad;
   EXPECT_TRUE(parse_time("2028-02-29T00:00:00Z").has_value());  // leap year
   EXPECT_TRUE(parse_time("2000-02-29T00:00:00Z").has_value());  // 400-year leap

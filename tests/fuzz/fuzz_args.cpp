@@ -39,7 +39,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "q-fuzz-args-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) std::abort();
   dir = tmpl;
-  std::atexit([] { std::error_code ec; std::filesystem::remove_all(dir, ec); });
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  });
   setenv("Q_FILE", (dir + "/fuzz.q").c_str(), 1);
   setenv("HOME", dir.c_str(), 1);
   setenv("Q_NO_SYNC", "1", 1);

@@ -106,7 +106,8 @@ struct Model {
   // retention (counted from when they became available) and dead letters past
   // 14 days go, at most 1000 of each, oldest first.
   void maintain() {
-    if (config.rate > 0) rate_tat_us = static_cast<std::int64_t>(rate_tat(static_cast<double>(now) * 1000));
+    if (config.rate > 0)
+      rate_tat_us = static_cast<std::int64_t>(rate_tat(static_cast<double>(now) * 1000));
     auto expire = [&](std::map<std::uint64_t, MMsg>& from, auto time_of) {
       std::vector<std::pair<Millis, std::uint64_t>> due;
       for (auto& [seq, m] : from)
@@ -149,7 +150,10 @@ const std::string& tmp_dir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "q-fuzz-model-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) std::abort();
     auto* d = new std::string(tmpl);
-    std::atexit([] { std::error_code ec; std::filesystem::remove_all(tmp_dir(), ec); });
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp_dir(), ec);
+    });
     return d;
   }();
   return *dir;
@@ -193,23 +197,32 @@ class Run {
     change.retention = retentions[in_.below(3)];
     broker_->create_queue("m", change);
     m_.config = apply(QueueConfig{}, change);
-    trace_.push_back(fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={} "
-                                 "retention={}",
-                                 *change.visibility_timeout, *change.max_receives,
-                                 *change.max_depth, *change.dedup_window, *change.retention));
+    trace_.push_back(
+        fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={} "
+                    "retention={}",
+                    *change.visibility_timeout, *change.max_receives, *change.max_depth,
+                    *change.dedup_window, *change.retention));
 
     for (int step = 0; step < 400 && !in_.empty(); ++step) {
       m_.now = clock_.now();
       switch (in_.below(15)) {
-        case 0: case 1: send(); break;
-        case 2: case 3: receive(); break;
+        case 0:
+        case 1: send(); break;
+        case 2:
+        case 3: receive(); break;
         case 4: ack(); break;
         case 5: nack(); break;
         case 6: extend(); break;
-        case 7: case 8: advance(); break;
+        case 7:
+        case 8: advance(); break;
         case 9: redrive(); break;
         case 10: dead_letter(); break;
-        case 11: if (in_.below(4) == 0) purge(); else advance(); break;
+        case 11:
+          if (in_.below(4) == 0)
+            purge();
+          else
+            advance();
+          break;
         case 12: reopen(); break;
         case 13: import(); break;
         case 14: configure_rate(); break;
@@ -245,8 +258,7 @@ class Run {
 
   void check_verify() {
     auto problems = broker_->verify();
-    if (!problems.empty())
-      disagree(trace_, fmt::format("verify: {}", fmt::join(problems, "; ")));
+    if (!problems.empty()) disagree(trace_, fmt::format("verify: {}", fmt::join(problems, "; ")));
   }
 
   // ---- operations -----------------------------------------------------------
@@ -269,7 +281,8 @@ class Run {
   std::string pick_receipt() {
     // Mostly a receipt we were given (current or stale), sometimes a made-up one.
     std::uint32_t r = in_.below(16);
-    if (!receipts_.empty() && r < 13) return receipts_[in_.below(static_cast<std::uint32_t>(receipts_.size()))];
+    if (!receipts_.empty() && r < 13)
+      return receipts_[in_.below(static_cast<std::uint32_t>(receipts_.size()))];
     if (r == 13) return "m1.0000000000000001";
     if (r == 14) return "garbage";
     return store::receipt(1 + in_.below(8), 1 + in_.below(4));
@@ -342,9 +355,9 @@ class Run {
       disagree(trace_, fmt::format("send: {} results, the model {}", got.size(), expected.size()));
     for (std::size_t k = 0; k < got.size(); ++k)
       if (got[k].id != expected[k].id || got[k].duplicate != expected[k].duplicate)
-        disagree(trace_, fmt::format("send: result {} is {} (duplicate {}), the model {} ({})", k,
-                                     got[k].id, got[k].duplicate, expected[k].id,
-                                     expected[k].duplicate));
+        disagree(trace_,
+                 fmt::format("send: result {} is {} (duplicate {}), the model {} ({})", k,
+                             got[k].id, got[k].duplicate, expected[k].id, expected[k].duplicate));
   }
 
   void receive() {
@@ -377,9 +390,9 @@ class Run {
       MMsg* m = m_.next_visible(taken);
       if (!m) break;
       if (m_.config.max_receives != 0 && m->receive_count >= m_.config.max_receives) {
-        std::string reason = m->reason.empty()
-                                 ? "not acknowledged after " + q::plural(m->receive_count, "receive")
-                                 : m->reason;
+        std::string reason =
+            m->reason.empty() ? "not acknowledged after " + q::plural(m->receive_count, "receive")
+                              : m->reason;
         m_.to_dead(*m, reason);
         continue;
       }
@@ -395,21 +408,23 @@ class Run {
     }
     if (options.rate_limited) m_.rate_take(expected.size());
     if (got.size() != expected.size())
-      disagree(trace_, fmt::format("receive: {} messages, the model {}", got.size(), expected.size()));
+      disagree(trace_,
+               fmt::format("receive: {} messages, the model {}", got.size(), expected.size()));
     for (std::size_t k = 0; k < got.size(); ++k) {
       const auto& g = got[k];
       const auto& e = expected[k];
       if (g.id != store::message_id(e.seq) || g.body != e.body ||
           g.receive_count != e.receive_count || g.visible_at != e.visible_at ||
           g.last_received_at != e.last_received_at || g.first_received_at != e.first_received_at)
-        disagree(trace_, fmt::format("receive: message {} is {} '{}' count {} until {}, the model "
-                                     "{} '{}' count {} until {}",
-                                     k, g.id, g.body, g.receive_count, g.visible_at,
-                                     store::message_id(e.seq), e.body, e.receive_count,
-                                     e.visible_at));
+        disagree(trace_,
+                 fmt::format("receive: message {} is {} '{}' count {} until {}, the model "
+                             "{} '{}' count {} until {}",
+                             k, g.id, g.body, g.receive_count, g.visible_at,
+                             store::message_id(e.seq), e.body, e.receive_count, e.visible_at));
       auto parsed = store::parse_receipt(g.receipt);
       if (!parsed || parsed->seq != e.seq || !seen_receipts_.insert(g.receipt).second)
-        disagree(trace_, fmt::format("receive: receipt {} of {} is malformed or not new", g.receipt, g.id));
+        disagree(trace_,
+                 fmt::format("receive: receipt {} of {} is malformed or not new", g.receipt, g.id));
       m_.live[e.seq].receipt = g.receipt;
       receipts_.push_back(g.receipt);
     }
@@ -436,9 +451,12 @@ class Run {
     for (std::size_t k = 0; k < receipts.size(); ++k) {
       ReceiptOutcome want = ReceiptOutcome::Done;
       auto err = m_.receipt_error(receipts[k]);
-      if (first.count(receipts[k])) want = first[receipts[k]];
-      else if (err == ErrorKind::InvalidData) want = ReceiptOutcome::Malformed;
-      else if (err == ErrorKind::Stale) want = ReceiptOutcome::Stale;
+      if (first.count(receipts[k]))
+        want = first[receipts[k]];
+      else if (err == ErrorKind::InvalidData)
+        want = ReceiptOutcome::Malformed;
+      else if (err == ErrorKind::Stale)
+        want = ReceiptOutcome::Stale;
       else {
         m_.live.erase(m_.by_receipt(receipts[k])->seq);
         ++m_.counters.acked;
@@ -462,8 +480,10 @@ class Run {
     std::optional<ErrorKind> want;
     const Model saved = m_;
     m_.maintain();
-    if (options.delay < 0 || options.delay > kMaxDelay) want = ErrorKind::Usage;
-    else want = m_.receipt_error(receipt);
+    if (options.delay < 0 || options.delay > kMaxDelay)
+      want = ErrorKind::Usage;
+    else
+      want = m_.receipt_error(receipt);
     Millis got = 0;
     auto kind = attempt([&] { got = broker_->nack("m", receipt, options); });
     expect_kind("nack", kind, want);
@@ -484,16 +504,20 @@ class Run {
 
   void extend() {
     std::string receipt = pick_receipt();
-    static const Millis bys[] = {0, 1000, 5000, 60000, kMaxVisibilityTimeout, kMaxVisibilityTimeout + 1};
+    static const Millis bys[] = {
+        0, 1000, 5000, 60000, kMaxVisibilityTimeout, kMaxVisibilityTimeout + 1};
     Millis by = bys[in_.below(6)];
     trace_.push_back(fmt::format("t={} extend {} by {}", m_.now, receipt, by));
     std::optional<ErrorKind> want;
     const Model saved = m_;
     m_.maintain();
-    if (by < 0 || by > kMaxVisibilityTimeout) want = ErrorKind::Usage;
-    else want = m_.receipt_error(receipt);
+    if (by < 0 || by > kMaxVisibilityTimeout)
+      want = ErrorKind::Usage;
+    else
+      want = m_.receipt_error(receipt);
     MMsg* m = want ? nullptr : m_.by_receipt(receipt);
-    if (m && m_.now + by > m->last_received_at + kMaxVisibilityTimeout) want = ErrorKind::InvalidData;
+    if (m && m_.now + by > m->last_received_at + kMaxVisibilityTimeout)
+      want = ErrorKind::InvalidData;
     Millis got = 0;
     auto kind = attempt([&] { got = broker_->extend("m", receipt, by); });
     expect_kind("extend", kind, want);
@@ -527,7 +551,7 @@ class Run {
   void advance() {
     // Up to weeks: retention (1 h to 4 d) and dead-letter expiry (14 d) must
     // hold across large steps, redrive after retention included.
-    static const Millis steps[] = {1,     10,    999,   1000, 1001,     4999,    5000,
+    static const Millis steps[] = {1,     10,    999,    1000,  1001, 4999,     5000,
                                    30000, 60000, 360000, kHour, kDay, 4 * kDay, 15 * kDay};
     Millis by = steps[in_.below(14)];
     trace_.push_back(fmt::format("t={} advance {} ms", m_.now, by));
@@ -547,8 +571,10 @@ class Run {
       auto seq = in_.coin() ? m_.dead.begin()->first : m_.next_seq + 5;
       options.ids.push_back(store::message_id(seq));
       if (in_.coin()) options.ids.push_back(store::message_id(seq));
-      if (m_.dead.count(seq)) chosen.push_back(seq);
-      else want = ErrorKind::NotFound;
+      if (m_.dead.count(seq))
+        chosen.push_back(seq);
+      else
+        want = ErrorKind::NotFound;
     } else {
       if (how == 1) options.max = in_.below(3);
       for (auto& [seq, d] : m_.dead) {
@@ -557,9 +583,9 @@ class Run {
       }
     }
     options.dry_run = in_.below(5) == 0;
-    trace_.push_back(fmt::format("t={} redrive ids [{}] max {} dry-run {}", m_.now,
-                                 fmt::join(options.ids, " "),
-                                 options.max ? static_cast<long>(*options.max) : -1L, options.dry_run));
+    trace_.push_back(
+        fmt::format("t={} redrive ids [{}] max {} dry-run {}", m_.now, fmt::join(options.ids, " "),
+                    options.max ? static_cast<long>(*options.max) : -1L, options.dry_run));
     if (!want && !options.dry_run && m_.config.max_depth != 0 &&
         m_.live.size() + chosen.size() > m_.config.max_depth)
       want = ErrorKind::Full;
@@ -571,7 +597,8 @@ class Run {
       return;
     }
     if (got.size() != chosen.size())
-      disagree(trace_, fmt::format("redrive: {} messages, the model {}", got.size(), chosen.size()));
+      disagree(trace_,
+               fmt::format("redrive: {} messages, the model {}", got.size(), chosen.size()));
     for (std::size_t k = 0; k < chosen.size(); ++k)
       if (got[k].id != store::message_id(chosen[k]) || got[k].body != m_.dead[chosen[k]].body)
         disagree(trace_, fmt::format("redrive: {} is {}, the model {}", k, got[k].id,
@@ -617,14 +644,22 @@ class Run {
       r.receive_count = in_.below(3);
       if (in_.below(4) == 0) r.dedup_id = fmt::format("d{}", in_.below(4));
       switch (in_.below(4)) {
-        case 0: r.state = MessageState::Dead; r.dead_at = m_.now - in_.below(3) * kDay; r.reason = "imported"; break;
-        case 1: r.state = MessageState::Delayed; r.visible_at = m_.now + (in_.coin() ? kMinute : 5 * kDay); break;
+        case 0:
+          r.state = MessageState::Dead;
+          r.dead_at = m_.now - in_.below(3) * kDay;
+          r.reason = "imported";
+          break;
+        case 1:
+          r.state = MessageState::Delayed;
+          r.visible_at = m_.now + (in_.coin() ? kMinute : 5 * kDay);
+          break;
         default: r.state = MessageState::Visible; break;
       }
       records.push_back(r);
     }
     std::vector<std::string> shown;
-    for (auto& r : records) shown.push_back(fmt::format("{}@{}{}", r.id, r.sent_at, to_string(r.state)));
+    for (auto& r : records)
+      shown.push_back(fmt::format("{}@{}{}", r.id, r.sent_at, to_string(r.state)));
     trace_.push_back(fmt::format("t={} import [{}]", m_.now, fmt::join(shown, " ")));
 
     const Model saved = m_;
@@ -636,7 +671,8 @@ class Run {
       const auto& r = records[i];
       if (!first.emplace(r.id, i).second) continue;
       bool bad_time = r.sent_at > m_.now || (r.dead_at && *r.dead_at > m_.now);
-      bool too_far = r.state == MessageState::Delayed && r.visible_at - m_.now >= m_.config.retention;
+      bool too_far =
+          r.state == MessageState::Delayed && r.visible_at - m_.now >= m_.config.retention;
       if (!want && (bad_time || too_far)) want = ErrorKind::InvalidData;
       live_new += r.state != MessageState::Dead;
     }
@@ -722,22 +758,29 @@ class Run {
     std::uint64_t visible = 0, in_flight = 0, delayed = 0;
     std::optional<Millis> oldest_available;
     for (auto& [seq, m] : m_.live) {
-      if (m.visible_at <= m_.now) ++visible;
-      else if (m.leased) ++in_flight;
-      else ++delayed;
-      if (!oldest_available || m.available_at < *oldest_available) oldest_available = m.available_at;
+      if (m.visible_at <= m_.now)
+        ++visible;
+      else if (m.leased)
+        ++in_flight;
+      else
+        ++delayed;
+      if (!oldest_available || m.available_at < *oldest_available)
+        oldest_available = m.available_at;
     }
     std::optional<Millis> oldest_age;
     if (oldest_available && *oldest_available <= m_.now) oldest_age = m_.now - *oldest_available;
     const auto& c = stats.counters;
     const auto& w = m_.counters;
-    auto line = [](auto... v) { return fmt::format("{}", fmt::join(std::vector<std::uint64_t>{static_cast<std::uint64_t>(v)...}, ",")); };
-    std::string have = line(stats.visible, stats.in_flight, stats.delayed, stats.dead, c.sent,
-                            c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
-                            c.deduplicated);
-    std::string want = line(visible, in_flight, delayed, m_.dead.size(), w.sent, w.received,
-                            w.acked, w.nacked, w.dead_lettered, w.redriven, w.expired,
-                            w.deduplicated);
+    auto line = [](auto... v) {
+      return fmt::format(
+          "{}", fmt::join(std::vector<std::uint64_t>{static_cast<std::uint64_t>(v)...}, ","));
+    };
+    std::string have =
+        line(stats.visible, stats.in_flight, stats.delayed, stats.dead, c.sent, c.received, c.acked,
+             c.nacked, c.dead_lettered, c.redriven, c.expired, c.deduplicated);
+    std::string want =
+        line(visible, in_flight, delayed, m_.dead.size(), w.sent, w.received, w.acked, w.nacked,
+             w.dead_lettered, w.redriven, w.expired, w.deduplicated);
     if (have != want)
       disagree(trace_, fmt::format("stats (visible,in_flight,delayed,dead,sent,received,acked,"
                                    "nacked,dead_lettered,redriven,expired,deduplicated) are {}, "
@@ -749,7 +792,8 @@ class Run {
 
     auto peek = broker_->peek("m", 100000);
     if (peek.size() != m_.live.size())
-      disagree(trace_, fmt::format("peek shows {} messages, the model {}", peek.size(), m_.live.size()));
+      disagree(trace_,
+               fmt::format("peek shows {} messages, the model {}", peek.size(), m_.live.size()));
     auto it = m_.live.begin();
     for (const auto& g : peek) {
       const auto& m = (it++)->second;

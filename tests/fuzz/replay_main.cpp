@@ -49,10 +49,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--random" && i + 1 < argc) random_runs = std::atol(argv[++i]);
-    else if (a == "--max-len" && i + 1 < argc) max_len = std::atol(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::strtoul(argv[++i], nullptr, 10);
-    else paths.push_back(a);
+    if (a == "--random" && i + 1 < argc)
+      random_runs = std::atol(argv[++i]);
+    else if (a == "--max-len" && i + 1 < argc)
+      max_len = std::atol(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = std::strtoul(argv[++i], nullptr, 10);
+    else
+      paths.push_back(a);
   }
   std::printf("%s: --seed %lu\n", argv[0], seed);
   std::fflush(stdout);

@@ -52,13 +52,13 @@ static void before_write(void) {
 
 static ssize_t real_pwrite(int fd, const void *buf, size_t n, off_t at) {
   static ssize_t (*real)(int, const void *, size_t, off_t);
-  if (!real) real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
+  if (!real) real = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
   return real(fd, buf, n, at);
 }
 
 static ssize_t real_write(int fd, const void *buf, size_t n) {
   static ssize_t (*real)(int, const void *, size_t);
-  if (!real) real = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  if (!real) real = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
   return real(fd, buf, n);
 }
 

@@ -81,15 +81,22 @@ static int journal_fd(void) {
 
 // One record: TYPE, then NUMS (0, 1 or 2) of the numbers A and B, then the
 // bytes of IOV (N entries).
-static void log_record(char type, int nums, uint64_t a, uint64_t b, const struct iovec *iov, int n) {
+static void log_record(char type, int nums, uint64_t a, uint64_t b, const struct iovec *iov,
+                       int n) {
   int saved = errno;
   int j = journal_fd();
-  if (j < 0) { errno = saved; return; }
+  if (j < 0) {
+    errno = saved;
+    return;
+  }
   uint64_t length = 0;
   for (int i = 0; i < n; ++i) length += iov[i].iov_len;
   size_t total = 1 + 8 * (size_t)nums + length;
   char *buf = malloc(total);
-  if (!buf) { errno = saved; return; }
+  if (!buf) {
+    errno = saved;
+    return;
+  }
   buf[0] = type;
   if (nums >= 1) memcpy(buf + 1, &a, 8);
   if (nums >= 2) memcpy(buf + 9, &b, 8);
@@ -155,7 +162,7 @@ static int same_fs(int fd) {
   return r;
 }
 
-#define REAL(name) \
+#define REAL(name)                      \
   static __typeof__(&name) real_##name; \
   if (!real_##name) real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name)
 

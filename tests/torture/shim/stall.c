@@ -15,7 +15,9 @@
 int mdb_txn_begin(MDB_env *env, MDB_txn *parent, unsigned int flags, MDB_txn **txn) {
   static int (*real)(MDB_env *, MDB_txn *, unsigned int, MDB_txn **);
   static int seen;
-  if (!real) real = (int (*)(MDB_env *, MDB_txn *, unsigned int, MDB_txn **))dlsym(RTLD_NEXT, "mdb_txn_begin");
+  if (!real)
+    real =
+        (int (*)(MDB_env *, MDB_txn *, unsigned int, MDB_txn **))dlsym(RTLD_NEXT, "mdb_txn_begin");
   int rc = real(env, parent, flags, txn);
   const char *what = getenv("Q_STALL");
   if (rc == 0 && what) {
