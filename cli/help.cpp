@@ -357,8 +357,12 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
       {"q ack", with({3, 65})},
       {"q extend", with({3, 65})},
       {"q nack", with({3, 65})},
-      {"q work", with({4})},
-      {"q redrive", with({4, 65, 75})},
+      {"q work", with({4, 75})},
+      {"q redrive", with({1, 4, 65, 75})},
+      {"q purge", with({1})},
+      {"q delete", with({1})},
+      {"q dlq", with({1, 65})},
+      {"q show", with({65})},
       {"q import", with({65, 75})},
       {"q check", {0, 1, 2, 3}},
   };
@@ -377,12 +381,18 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
             {3, "UNKNOWN: the check could not run (any error, usage errors included)"}};
   }
   if (path == "q work")
-    out = {{4, "at least one message failed (released for a retry or dead-lettered)"}};
-  if (path == "q redrive") out = {{4, "--rate only: some moved, then a batch was refused"}};
+    out = {{4, "at least one message failed (released for a retry or dead-lettered)"},
+           {75, "--trip: too many failures; the queue was paused"}};
+  if (path == "q redrive")
+    out = {{1, "no dead letter matched: nothing to move"},
+           {4, "--rate only: some moved, then a batch was refused"}};
+  if (path == "q purge" || path == "q delete" || path == "q dlq purge" || path == "q dlq delete")
+    out = {{1, "the question was not answered yes: nothing was removed"}};
   std::string top = path.substr(0, path.find(' ', 2));
   auto it = by_command.find(top);
   for (int code : it == by_command.end() ? kBase : it->second) {
-    if (code == 4 && !out.empty()) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const ExitCode& c) { return c.code == code; }))
+      continue;
     out.push_back({code, general_meanings().at(code)});
   }
   std::sort(out.begin(), out.end(),

@@ -102,14 +102,14 @@ assert_exit 65 "$Q" redrive mail --id not-an-id
 
 # dlq purge prints what it removed and keeps live messages.
 assert_exit 0 "$Q" dlq purge mail
-assert_eq "q: purged 1 dead letter from mail" "$ERR" "dlq purge output"
+assert_eq "q dlq purge: purged 1 dead letter from mail" "$ERR" "dlq purge output"
 assert_exit 0 "$Q" dlq list mail
 assert_eq "" "$OUT" "dlq list after purge"
 s=$(stats_json mail)
 assert_eq 0 "$(jq .dead <<<"$s")" "dlq purge: dead 0"
 assert_eq 1 "$(jq .visible <<<"$s")" "dlq purge keeps the live message"
 assert_exit 0 "$Q" dlq purge mail
-assert_eq "q: purged 0 dead letters from mail" "$ERR" "dlq purge of an empty dlq"
+assert_eq "q dlq purge: purged 0 dead letters from mail" "$ERR" "dlq purge of an empty dlq"
 
 # ---- purge: every live message, not the dead letters ----------------------------------
 assert_exit 0 "$Q" create work --max-receives 1
@@ -122,7 +122,7 @@ receipt_of work >/dev/null   # one in flight
 s=$(stats_json work)
 assert_eq "2 1 1 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "before purge: visible in_flight delayed dead"
 assert_exit 0 "$Q" purge work
-assert_eq "q: purged 4 messages from work" "$ERR" "purge output"
+assert_eq "q purge: purged 4 messages from work" "$ERR" "purge output"
 s=$(stats_json work)
 assert_eq "0 0 0 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "after purge: only the dead letter is left"
 assert_exit 1 "$Q" receive work
@@ -134,10 +134,10 @@ assert_exit 0 "$Q" create zeta
 assert_exit 0 "$Q" list
 assert_eq $'mail\nwork\nzeta' "$OUT" "list: one name a line, sorted"
 assert_exit 0 "$Q" list --json
-assert_eq '["mail","work","zeta"]' "$(jq -cs 'map(.name)' <<<"$OUT")" "list --json"
+assert_eq '["mail","work","zeta"]' "$(jq -cs 'map(.queue)' <<<"$OUT")" "list --json"
 assert_exit 0 "$Q" send work w1
 assert_exit 0 "$Q" delete work
-assert_eq "q: deleted queue work (1 message, 1 dead letter)" "$ERR" "delete output"
+assert_eq "q delete: deleted queue work (1 message, 1 dead letter)" "$ERR" "delete output"
 assert_exit 0 "$Q" list
 assert_eq $'mail\nzeta' "$OUT" "list after delete"
 assert_exit 66 "$Q" stats work

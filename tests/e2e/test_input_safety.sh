@@ -126,7 +126,7 @@ assert_exit 64 "$Q" "$(printf 'cmd\x1b[2J')"
 "$Q" create one >/dev/null
 "$Q" send one x -q
 assert_exit 0 "$Q" purge one
-assert_eq "q: purged 1 message from one" "$ERR" "purge: singular"
+assert_eq "q purge: purged 1 message from one" "$ERR" "purge: singular"
 "$Q" create dl --max-receives 1 --visibility-timeout 0 >/dev/null
 "$Q" send dl x -q
 "$Q" receive dl >/dev/null
@@ -134,7 +134,7 @@ assert_eq "q: purged 1 message from one" "$ERR" "purge: singular"
 assert_exit 0 "$Q" dlq list dl --json
 assert_eq "not acknowledged after 1 receive" "$(jq -r .reason <<<"$OUT")" "reason: singular"
 assert_exit 0 "$Q" delete dl
-assert_eq "q: deleted queue dl (0 messages, 1 dead letter)" "$ERR" "delete: singular"
+assert_eq "q delete: deleted queue dl (0 messages, 1 dead letter)" "$ERR" "delete: singular"
 "$Q" create fifo1 --fifo >/dev/null
 "$Q" send fifo1 x --group g -q
 assert_exit 0 "$Q" stats fifo1

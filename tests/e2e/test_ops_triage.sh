@@ -203,9 +203,9 @@ fi
 run "$Q" purge dl </dev/null
 assert_eq 0 "$RC" "purge on a pipe does not ask"
 assert_eq "" "$OUT" "nothing on stdout"
-assert_eq "q: purged 1 message from dl" "$ERR" "the count on stderr"
+assert_eq "q purge: purged 1 message from dl" "$ERR" "the count on stderr"
 run "$Q" delete dl
-assert_eq "q: deleted queue dl (0 messages, 0 dead letters)" "$ERR" "delete: the counts on stderr"
+assert_eq "q delete: deleted queue dl (0 messages, 0 dead letters)" "$ERR" "delete: the counts on stderr"
 
 # ---- import --skip-existing ------------------------------------------------------------------
 "$Q" create im >/dev/null
