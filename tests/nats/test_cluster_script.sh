@@ -27,7 +27,10 @@ while ((SECONDS < deadline)); do
 done
 [[ -n $new && $new != "$leader" ]] || fail "no new leader 30 s after killing $leader"
 "$cluster" restart "$dir" "$n" || fail "restart of n$n"
-"$cluster" status "$dir" | grep -q "^n$n running .*meta leader: n" || fail "n$n did not rejoin"
+# Read whole before matching: grep -q would stop reading early, and under
+# pipefail the status command's SIGPIPE would look like a failure.
+status=$("$cluster" status "$dir")
+[[ $status =~ (^|$'\n')n$n\ running\ .*meta\ leader:\ n ]] || fail "n$n did not rejoin: $status"
 pids=$(cat "$dir"/n*.pid)
 "$cluster" stop "$dir" || fail "stop"
 [[ -e $dir ]] && fail "stop left $dir"
