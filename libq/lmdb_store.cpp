@@ -450,11 +450,13 @@ void Env::attach_read_only() {
   lock_fd_ = files::open_companion(lock, true, false);
   if (lock_fd_ < 0) {
     if (errno == ENOENT)
-      throw Error(ErrorKind::Permission,
-                  fmt::format("{}: cannot open lock file: it does not exist, and this user may "
-                              "not write the queue file to make it ({}); any command of a user "
-                              "who may write it makes it; {}",
-                              lock, who, needs));
+      throw Error(
+          ErrorKind::Permission,
+          fmt::format(
+              "{}: cannot open lock file: permission denied: it does not exist, and this user may "
+              "not write the queue file to make it ({}); any command of a user "
+              "who may write it makes it; {}",
+              lock, who, needs));
     if (errno == EACCES || errno == EPERM) {
       struct stat lst {};
       throw Error(
