@@ -214,6 +214,23 @@ class LmdbBroker final : public Broker {
     return results;
   }
 
+  // Acks one delivery inside `view`'s transaction; a stale or malformed
+  // receipt is an outcome (nothing written), not an exception.
+  static ReceiptResult ack_in(QueueView& view, const std::string& receipt) {
+    ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
+    try {
+      auto delivery = view.current_delivery(receipt);
+      view.remove_live(delivery.seq, delivery.header);
+      ++view.rec.counters.acked;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
+      result.outcome =
+          e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
+      result.detail = e.what();
+    }
+    return result;
+  }
+
   AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,
                                 const std::string& to, std::vector<OutgoingMessage> messages,
                                 const SendOptions& options) override {
@@ -221,16 +238,11 @@ class LmdbBroker final : public Broker {
     auto view = open(txn, queue);
     view.maintain();
     AckSendResult result;
-    try {
-      auto delivery = view.current_delivery(receipt);
-      view.remove_live(delivery.seq, delivery.header);
-      ++view.rec.counters.acked;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
+    auto acked = ack_in(view, receipt);
+    if (acked.outcome != ReceiptOutcome::Done) {
       // Nothing is written: the output of a run whose lease was lost is not sent.
-      result.outcome =
-          e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
-      result.detail = e.what();
+      result.outcome = acked.outcome;
+      result.detail = acked.detail;
       return result;
     }
     view.save();
@@ -314,22 +326,14 @@ class LmdbBroker final : public Broker {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
-    try {
-      auto delivery = view.current_delivery(receipt);
-      view.remove_live(delivery.seq, delivery.header);
-      ++view.rec.counters.acked;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Stale) throw;
-      // The work was done all the same: record it, so a repeat is skipped.
-      remember_done(view, key, keep);
-      view.save();
-      txn.commit();
-      return ReceiptOutcome::Stale;
-    }
+    auto acked = ack_in(view, receipt);
+    if (acked.outcome == ReceiptOutcome::Malformed)
+      throw Error(ErrorKind::InvalidData, acked.detail);
+    // Stale: the work was done all the same; recorded, so a repeat is skipped.
     remember_done(view, key, keep);
     view.save();
     txn.commit();
-    return ReceiptOutcome::Done;
+    return acked.outcome;
   }
 
   bool do_is_done(const std::string& queue, const std::string& key) override {
@@ -356,18 +360,7 @@ class LmdbBroker final : public Broker {
         continue;
       }
       first_result.emplace(receipt, results.size());
-      ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
-      try {
-        auto delivery = view.current_delivery(receipt);
-        view.remove_live(delivery.seq, delivery.header);
-        ++view.rec.counters.acked;
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
-        result.outcome =
-            e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
-        result.detail = e.what();
-      }
-      results.push_back(std::move(result));
+      results.push_back(ack_in(view, receipt));
     }
     view.save();
     txn.commit();
