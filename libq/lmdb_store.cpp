@@ -583,11 +583,16 @@ void Env::verify_lmdb_files(int lock_fd) {
 // end is not free. A cut met deeper in a tree while reading the free list is
 // a read past the end, which the CLI reports as a damaged file (cli/crash.cpp).
 void Env::refuse_truncated() {
-  struct stat st {};
-  if (fstat(fd_, &st) != 0) fail_errno(errno, options_.path, "cannot stat queue file");
   MDB_stat env_stat{};
   mdb_env_stat(env_, &env_stat);
   const std::uint64_t page_size = env_stat.ms_psize;
+  // The size is taken after the meta page and the snapshot are read: another
+  // process may commit meanwhile, and a commit writes its pages (growing the
+  // file) before its meta, so a size read first could be older than the meta.
+  const MetaRoots meta = newest_meta(page_size);
+  ReadOnlyTxn txn(env_);
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) fail_errno(errno, options_.path, "cannot stat queue file");
   const std::uint64_t pages_in_file = static_cast<std::uint64_t>(st.st_size) / page_size;
   auto refuse = [&](std::uint64_t page, const std::string& what) {
     throw Error(ErrorKind::Io,
@@ -600,13 +605,11 @@ void Env::refuse_truncated() {
     if (root != kNoPage && root >= pages_in_file) refuse(root, what);
   };
 
-  const MetaRoots meta = newest_meta(page_size);
   if (meta.last_page == kNoPage) refuse(1, "a meta page");
   if (meta.last_page < pages_in_file) return;  // the common case: nothing to look at
   check_root(meta.free_root, "the free list's root");
   check_root(meta.main_root, "the main database's root");
 
-  ReadOnlyTxn txn(env_);
   if (!txn) return;
   InLmdb in_lmdb;
   // Named databases: the main database's values are their records (MDB_db).
