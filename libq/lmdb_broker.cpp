@@ -192,7 +192,7 @@ class LmdbBroker final : public Broker {
       header.available_at = visible_at;
       header.flags = visible_at > view.now ? Header::kDelayed : 0;
       header.group = m.group;
-      QueueView::GroupEdit group(view, m.group);
+      GroupEdit group(view, m.group);
       view.put_header(db().messages, seq, header);
       view.link(seq, header);
       group.added(seq);
@@ -374,7 +374,7 @@ class LmdbBroker final : public Broker {
     auto [seq, header] = view.current_delivery(receipt);
     Millis until = view.now + by;
     check_extend_limit(receipt, until, header.last_received_at);
-    QueueView::GroupEdit group(view, header.group);
+    GroupEdit group(view, header.group);
     // A lease that ran out but was not redelivered is taken up again.
     if (!view.unlink(seq, header)) group.took_flight();
     header.visible_at = until;
@@ -398,7 +398,7 @@ class LmdbBroker final : public Broker {
       double unit = static_cast<double>(random_() >> 11) * 0x1.0p-53;
       delay = backoff_delay(options.backoff_base, options.backoff_cap, header.receive_count, unit);
     }
-    QueueView::GroupEdit group(view, header.group);
+    GroupEdit group(view, header.group);
     if (view.unlink(seq, header)) group.left_flight();
     drop_holder(view, seq);
     header.visible_at = view.now + delay;
@@ -862,7 +862,7 @@ class LmdbBroker final : public Broker {
     std::vector<Message> out;
     // Delivers `seq` unless it has used up its receives; false when it went to
     // the dead-letter queue instead.
-    auto deliver = [&](std::uint64_t seq, Header header, QueueView::GroupEdit* group) {
+    auto deliver = [&](std::uint64_t seq, Header header, GroupEdit* group) {
       close_lapsed(view, seq, header);
       if (config.max_receives != 0 && header.receive_count >= config.max_receives) {
         std::string reason = header.reason.empty() ? "not acknowledged after " +

@@ -88,7 +88,7 @@ void store_imported(QueueView& view, std::uint64_t seq, Message m) {
     header.visible_at = delayed ? m.visible_at : view.now;
     header.available_at = header.visible_at;
     header.flags = delayed ? Header::kDelayed : 0;
-    QueueView::GroupEdit group(view, header.group);
+    GroupEdit group(view, header.group);
     view.put_header(view.db.messages, seq, header);
     view.link(seq, header);
     group.added(seq);
