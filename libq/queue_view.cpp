@@ -80,7 +80,7 @@ bool QueueView::unlink(std::uint64_t seq, const Header& header) {
 }
 
 std::uint64_t QueueView::promote(MDB_dbi from) {
-  auto due = due_keys(from);
+  auto due = due_keys(from, SIZE_MAX, now);
   for (const auto& key : due) {
     // A FIFO message whose lease ran out no longer holds its group.
     std::optional<GroupEdit> group;
@@ -150,12 +150,16 @@ void QueueView::revive(std::uint64_t seq, const Header& dead) {
   live.group = rec.config.fifo ? dead.group : std::string();
   live.has_history = dead.has_history;  // the attempt history follows the message
   // A FIFO message goes back into its group at its place in send order.
-  GroupEdit group(*this, live.group);
-  put_header(db.messages, seq, live);
-  link(seq, live);
+  add_live(seq, live);
+}
+
+void QueueView::add_live(std::uint64_t seq, Header& header) {
+  GroupEdit group(*this, header.group);
+  put_header(db.messages, seq, header);
+  link(seq, header);
   group.added(seq);
   group.done();
-  txn.put(db.age, store::key_q_time_seq(rec.qid, now, seq), {});
+  txn.put(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq), {});
 }
 
 void QueueView::maintain() {
@@ -165,8 +169,10 @@ void QueueView::maintain() {
   auto delays_due = promote(db.delayed);
   rec.delayed -= delays_due;
   rec.ready += delays_due;
-  if (auto budget = rate_budget())  // a future stored by a clock ahead is pulled back, once
-    rec.rate_tat_us = static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
+  if (auto rate = rate_limiter(); rate.limited()) {
+    rate.settle(now);  // a future stored by a clock ahead is pulled back, once
+    rec.rate_tat_us = static_cast<std::int64_t>(rate.tat_us());
+  }
   expire_messages();
   expire_dead_letters();
   expire_keys(db.dedup_expiry, db.dedup);
@@ -174,58 +180,20 @@ void QueueView::maintain() {
   if (holder_alive) release_dead_holders(*this);
 }
 
-std::optional<QueueView::RateBudget> QueueView::rate_budget() const {
-  if (rec.config.rate <= 0) return std::nullopt;
-  double interval = 1e6 / rec.config.rate;
-  return RateBudget{interval, interval * std::floor(rec.config.rate / 10)};
-}
-
-double QueueView::rate_tat(const RateBudget& budget, double now_us) const {
-  double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
-  return std::min(tat, now_us + budget.tolerance_us + budget.interval_us);
-}
-
-std::uint64_t QueueView::rate_allows() const {
-  auto budget = rate_budget();
-  if (!budget) return UINT64_MAX;
-  double now_us = static_cast<double>(now) * 1000;
-  double tat = rate_tat(*budget, now_us);
-  if (tat > now_us + budget->tolerance_us) return 0;
-  return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) +
-         1;
+RateLimiter QueueView::rate_limiter() const {
+  return RateLimiter(rec.config.rate, std::floor(rec.config.rate / 10),
+                     static_cast<double>(rec.rate_tat_us));
 }
 
 void QueueView::rate_take(std::uint64_t starts) {
-  auto budget = rate_budget();
-  if (!budget || starts == 0) return;
-  double now_us = static_cast<double>(now) * 1000;
-  double tat = rate_tat(*budget, now_us);
-  rec.rate_tat_us =
-      static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
-}
-
-Millis QueueView::rate_ready_at() const {
-  auto budget = rate_budget();
-  if (!budget) return INT64_MIN;
-  const double now_us = static_cast<double>(now) * 1000;
-  // A stored future no consumer on this clock could have made: ready now,
-  // so that the next write transaction pulls it back (see maintain()).
-  if (static_cast<double>(rec.rate_tat_us) > now_us + budget->tolerance_us + budget->interval_us)
-    return now;
-  double at_us = rate_tat(*budget, now_us) - budget->tolerance_us;
-  return static_cast<Millis>(std::ceil(at_us / 1000));
+  auto rate = rate_limiter();
+  if (!rate.limited() || starts == 0) return;
+  rate.take(now, starts);
+  rec.rate_tat_us = static_cast<std::int64_t>(rate.tat_us());
 }
 
 void QueueView::expire_messages() {
-  std::vector<std::uint64_t> old;
-  {
-    Cursor c(txn, db.age);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-         ok = c.next()) {
-      if (store::key_time(c.key()) + rec.config.retention > now) break;
-      old.push_back(store::key_time_seq(c.key()));
-    }
-  }
+  auto old = due_seqs(db.age, now - rec.config.retention);
   for (auto seq : old) {
     auto header = find_header(db.messages, seq);
     if (!header)
@@ -236,22 +204,14 @@ void QueueView::expire_messages() {
 }
 
 void QueueView::expire_dead_letters() {
-  std::vector<std::uint64_t> old;
-  {
-    Cursor c(txn, db.dead_expiry);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-         ok = c.next()) {
-      if (store::key_time(c.key()) + kDeadLetterRetention > now) break;
-      old.push_back(store::key_time_seq(c.key()));
-    }
-  }
+  auto old = due_seqs(db.dead_expiry, now - kDeadLetterRetention);
   for (auto seq : old)
     if (auto header = find_header(db.dead, seq)) remove_dead(seq, *header);
   rec.counters.expired += old.size();
 }
 
 void QueueView::expire_keys(MDB_dbi expiry_index, MDB_dbi records) {
-  for (const auto& key : due_keys(expiry_index, kExpireBatch)) {
+  for (const auto& key : due_keys(expiry_index, kExpireBatch, now)) {
     txn.del(expiry_index, key);
     auto record_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
     auto entry = txn.get(records, record_key);
@@ -266,14 +226,21 @@ void QueueView::expire_keys(MDB_dbi expiry_index, MDB_dbi records) {
   }
 }
 
-std::vector<std::string> QueueView::due_keys(MDB_dbi index, std::size_t limit) {
+std::vector<std::string> QueueView::due_keys(MDB_dbi index, std::size_t limit, Millis upto) {
   std::vector<std::string> due;
   Cursor c(txn, index);
   for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit; ok = c.next()) {
-    if (store::key_time(c.key()) > now) break;
+    if (store::key_time(c.key()) > upto) break;
     due.emplace_back(c.key());
   }
   return due;
+}
+
+std::vector<std::uint64_t> QueueView::due_seqs(MDB_dbi index, Millis upto) {
+  std::vector<std::uint64_t> seqs;
+  for (const auto& key : due_keys(index, kExpireBatch, upto))
+    seqs.push_back(store::key_time_seq(key));
+  return seqs;
 }
 
 std::optional<std::uint64_t> QueueView::find_dedup(const std::string& dedup_id) {

@@ -18,6 +18,7 @@
 #include "group_edit.hpp"
 #include "holder.hpp"
 #include "lmdb_store.hpp"
+#include "rate_limiter.hpp"
 #include "records.hpp"
 #include "rules.hpp"
 
@@ -121,6 +122,11 @@ class QueueView {
 
   void dead_letter(std::uint64_t seq, Header header, std::string reason, GroupEdit* open = nullptr);
 
+  // Stores a live message: its header, filed by its flags in the schedule,
+  // in its FIFO group, and in `age` at header.available_at (the body is the
+  // caller's).
+  void add_live(std::uint64_t seq, Header& header);
+
   // A dead letter (taken out of its dead-letter queue) lives again in this queue.
   void revive(std::uint64_t seq, const Header& dead);
 
@@ -128,28 +134,20 @@ class QueueView {
 
   void maintain();
 
-  // ---- the shared rate budget (GCRA) --------------------------------------------
+  // ---- the shared rate budget -------------------------------------------------
   // One start every 1/rate seconds, with a burst of a tenth of a second's
-  // worth so fast queues need not take one message per transaction.
+  // worth so fast queues need not take one message per transaction. The
+  // state is the record's rate_tat_us, shared by every consumer of the file.
 
-  struct RateBudget {
-    double interval_us;
-    double tolerance_us;
-  };
-  std::optional<RateBudget> rate_budget() const;
-
-  // The stored theoretical arrival time, never further ahead of now than one
-  // full burst and one interval: a consumer whose clock ran ahead (or a clock
-  // stepped back) must not make every other consumer wait for its future.
-  double rate_tat(const RateBudget& budget, double now_us) const;
+  RateLimiter rate_limiter() const;
 
   // How many starts the budget allows now.
-  std::uint64_t rate_allows() const;
+  std::uint64_t rate_allows() const { return rate_limiter().allows(now); }
 
   void rate_take(std::uint64_t starts);
 
   // The first time the budget allows a start.
-  Millis rate_ready_at() const;
+  Millis rate_ready_at() const { return rate_limiter().ready_at(now); }
 
   // Retention counts from the time a message first became available (its
   // send, the end of its delay, its redrive or import): the `age` index holds
@@ -164,8 +162,12 @@ class QueueView {
   // renewal may have moved.
   void expire_keys(MDB_dbi expiry_index, MDB_dbi records);
 
-  // Keys of a (qid, time, ...) index whose time has come, oldest first.
-  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit = SIZE_MAX);
+  // The first `limit` keys of a (qid, time, ...) index whose time is `upto`
+  // or before, oldest first.
+  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit, Millis upto);
+  // The seqs of the first kExpireBatch keys of a (qid, time, seq) index
+  // whose time is `upto` or before, oldest first.
+  std::vector<std::uint64_t> due_seqs(MDB_dbi index, Millis upto);
 
   // ---- dedup ------------------------------------------------------------------
 
