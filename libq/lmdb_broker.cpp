@@ -60,10 +60,7 @@ class LmdbBroker final : public Broker {
       check_agrees(queue, existing->config, change);
       return false;
     }
-    QueueRecord rec;
-    check_new_queue_name(queue);
-    rec.qid = next_qid(txn);
-    rec.created_at = clock_->now();
+    QueueRecord rec = new_queue(txn, queue);
     rec.config = wanted;
     txn.put(db().queues, queue, store::encode(rec));
     txn.commit();
@@ -127,17 +124,7 @@ class LmdbBroker final : public Broker {
   std::vector<SendResult> send_in(Txn& txn, const std::string& queue,
                                   std::vector<OutgoingMessage> messages,
                                   const SendOptions& options) {
-    auto existing = load(txn, queue);
-    if (!existing) {
-      if (!options.create_queue) no_such_queue(queue);
-      QueueRecord rec;
-      check_new_queue_name(queue);
-      rec.qid = next_qid(txn);
-      rec.created_at = clock_->now();
-      existing = rec;
-    }
-    QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
-    view.holder_alive = &holder_alive_;
+    auto view = open(txn, queue, options.create_queue);
     view.maintain();
     const auto& config = view.rec.config;
     check_send_against(queue, config, messages, options);
@@ -192,12 +179,7 @@ class LmdbBroker final : public Broker {
       header.available_at = visible_at;
       header.flags = visible_at > view.now ? Header::kDelayed : 0;
       header.group = m.group;
-      GroupEdit group(view, m.group);
-      view.put_header(db().messages, seq, header);
-      view.link(seq, header);
-      group.added(seq);
-      group.done();
-      txn.put(db().age, store::key_q_time_seq(view.rec.qid, visible_at, seq), {});
+      view.add_live(seq, header);
       if (!m.dedup_id.empty()) {
         view.remember_dedup(m.dedup_id, seq);
         batch_seq.emplace(m.dedup_id, seq);
@@ -616,17 +598,7 @@ class LmdbBroker final : public Broker {
                                               std::vector<Message> messages, bool create_queue,
                                               bool skip_existing) override {
     Txn txn(*env_, Txn::Write);
-    auto existing = load(txn, queue);
-    if (!existing) {
-      if (!create_queue) no_such_queue(queue);
-      QueueRecord rec;
-      check_new_queue_name(queue);
-      rec.qid = next_qid(txn);
-      rec.created_at = clock_->now();
-      existing = rec;
-    }
-    QueueView view(txn, db(), queue, std::move(*existing), clock_->now());
-    view.holder_alive = &holder_alive_;
+    auto view = open(txn, queue, create_queue);
     view.maintain();
     if (skip_existing) {
       auto present = [&](const Message& m) {
@@ -715,10 +687,23 @@ class LmdbBroker final : public Broker {
     return std::move(*rec);
   }
 
-  QueueView open(Txn& txn, const std::string& queue) {
-    QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+  // The queue in a write transaction; with `create`, a missing one is made
+  // with the default settings (saved with the view).
+  QueueView open(Txn& txn, const std::string& queue, bool create = false) {
+    auto rec = load(txn, queue);
+    if (!rec && !create) no_such_queue(queue);
+    QueueView view(txn, db(), queue, rec ? std::move(*rec) : new_queue(txn, queue), clock_->now());
     view.holder_alive = &holder_alive_;
     return view;
+  }
+
+  // The record of a queue about to be made: a new id, made now.
+  QueueRecord new_queue(Txn& txn, const std::string& queue) {
+    check_new_queue_name(queue);
+    QueueRecord rec;
+    rec.qid = next_qid(txn);
+    rec.created_at = clock_->now();
+    return rec;
   }
 
   [[noreturn]] void damaged_queue(const std::string& queue) const {

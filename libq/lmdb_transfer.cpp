@@ -88,12 +88,7 @@ void store_imported(QueueView& view, std::uint64_t seq, Message m) {
     header.visible_at = delayed ? m.visible_at : view.now;
     header.available_at = header.visible_at;
     header.flags = delayed ? Header::kDelayed : 0;
-    GroupEdit group(view, header.group);
-    view.put_header(view.db.messages, seq, header);
-    view.link(seq, header);
-    group.added(seq);
-    group.done();
-    txn.put(view.db.age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
+    view.add_live(seq, header);
     ++view.rec.counters.sent;
     // A dedup id still inside its window (counted from the original send)
     // recognises a repeat send after the migration.
