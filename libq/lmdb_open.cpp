@@ -134,6 +134,16 @@ class PinnedNames {
   std::string dir_, data_;
   std::vector<std::string> links_;
 };
+// The first page of an LMDB file carries its magic number (in the meta
+// page after the 16-byte page header).
+bool starts_as_lmdb(int fd) {
+  unsigned char head[24] = {};
+  ssize_t got = pread(fd, head, sizeof head, 0);
+  std::uint32_t magic = 0;
+  if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
+  return magic == kLmdbMagic;
+}
+
 }  // namespace
 
 // ---- Env: opening -----------------------------------------------------------
@@ -282,30 +292,27 @@ void Env::attach_read_only() {
       "to read, q needs read permission on {} and read and write permission on {} (LMDB's "
       "reader table, where each reader writes its slot)",
       path, lock);
+  auto denied = [&](const std::string& file, const char* what, const char* permission) {
+    struct stat st {};
+    return Error(ErrorKind::Permission,
+                 fmt::format("{}: cannot open {}: permission denied: no {} permission for this "
+                             "user ({}{}); {}",
+                             file, what, permission, who,
+                             stat(file.c_str(), &st) == 0 ? "; the file has " + describe_owner(st)
+                                                          : std::string(),
+                             needs));
+  };
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) {
     if (errno == ENOENT)
       throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path));
-    if (errno == EACCES || errno == EPERM) {
-      struct stat st {};
-      throw Error(ErrorKind::Permission,
-                  fmt::format("{}: cannot open queue file: permission denied: no read "
-                              "permission for this user ({}{}); {}",
-                              path, who,
-                              stat(path.c_str(), &st) == 0 ? "; the file has " + describe_owner(st)
-                                                           : std::string(),
-                              needs));
-    }
+    if (errno == EACCES || errno == EPERM) throw denied(path, "queue file", "read");
     fail_errno(errno, path, "cannot open queue file");
   }
   struct stat st {};
   if (fstat(fd_, &st) != 0) fail_errno(errno, path, "cannot stat queue file");
   if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
-  unsigned char head[24] = {};
-  ssize_t got = pread(fd_, head, sizeof head, 0);
-  std::uint32_t magic = 0;
-  if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
-  if (magic != kLmdbMagic) throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
+  if (!starts_as_lmdb(fd_)) throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
   lock_fd_ = files::open_companion(lock, true, false);
   if (lock_fd_ < 0) {
     if (errno == ENOENT)
@@ -316,17 +323,7 @@ void Env::attach_read_only() {
               "not write the queue file to make it ({}); any command of a user "
               "who may write it makes it; {}",
               lock, who, needs));
-    if (errno == EACCES || errno == EPERM) {
-      struct stat lst {};
-      throw Error(
-          ErrorKind::Permission,
-          fmt::format("{}: cannot open lock file: permission denied: no write "
-                      "permission for this user ({}{}); {}",
-                      lock, who,
-                      stat(lock.c_str(), &lst) == 0 ? "; the file has " + describe_owner(lst)
-                                                    : std::string(),
-                      needs));
-    }
+    if (errno == EACCES || errno == EPERM) throw denied(lock, "lock file", "write");
     fail_errno(errno, lock, "cannot open lock file");
   }
   open_lmdb(path, lock_fd_, MDB_RDONLY);
@@ -360,11 +357,7 @@ void Env::attach() {
   if (!fresh) {
     // Look at LMDB's meta page ourselves first: LMDB would create a lock file
     // next to any file it is pointed at.
-    unsigned char head[24] = {};
-    ssize_t got = pread(fd_, head, sizeof head, 0);
-    std::uint32_t magic = 0;
-    if (got == static_cast<ssize_t>(sizeof head)) std::memcpy(&magic, head + 16, 4);
-    if (magic != kLmdbMagic)
+    if (!starts_as_lmdb(fd_))
       throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
   }
   // FILE-lock and FILE-wake: never through a link (see files.hpp).
