@@ -164,6 +164,8 @@ if command -v tmux >/dev/null; then
   screen() { tmux -S "$sock" capture-pane -p; }
   screen_has() { [[ $(screen) == *"$1"* ]]; }
   screen_matches() { [[ $(screen) =~ $1 ]]; }
+  long_name=billing-events-from-the-payment-gateway
+  "$Q" create "$long_name" >/dev/null || die "create $long_name"
   tmux -S "$sock" new-session -d -x 80 -y 24 "env Q_FILE=$Q_FILE PS1='READY$ ' bash --norc --noprofile"
   wait_for 10 screen_has 'READY$' || fail "the shell in tmux did not start"
   tmux -S "$sock" send-keys "$Q top" Enter
@@ -171,6 +173,9 @@ if command -v tmux >/dev/null; then
   screen1=$(screen)
   assert_contains "$screen1" "QUEUE" "top shows its header"
   assert_contains "$screen1" "retry" "top lists the queues"
+  assert_match 'QUEUE +VISIBLE +IN FLIGHT +DELAYED +DEAD +IN/s +OUT/s +DEPTH +OLDEST +TO EMPTY' \
+    "$screen1" "top's columns have full names"
+  assert_contains "$screen1" "$long_name" "a queue name too long for its column is shown whole"
   assert_match 'sick +[0-9]+ +[0-9]+ +[0-9]+ +1 ' "$screen1" "top shows the dead letter of sick"
   for i in $(seq 1 30); do "$Q" send retry "burst $i" >/dev/null; done
   wait_for 10 screen_matches 'retry +3[0-9] ' || true
