@@ -133,10 +133,9 @@ struct TopLayout {
 
   // `dead` comes padded (it may carry colour codes, which a width would count).
   std::string row(const std::string& queue, const std::string& visible,
-                  const std::string& in_flight, const std::string& delayed,
-                  const std::string& dead, const std::string& in, const std::string& out,
-                  const std::string& spark_text, const std::string& oldest,
-                  const std::string& to_empty) const {
+                  const std::string& in_flight, const std::string& delayed, const std::string& dead,
+                  const std::string& in, const std::string& out, const std::string& spark_text,
+                  const std::string& oldest, const std::string& to_empty) const {
     return fmt::format("{:<{}} {:>{}} {:>{}} {:>{}} {:>{}} {:>{}} {:>{}}  {} {:>{}} {:>{}}", queue,
                        name, visible, kVisible, in_flight, kInFlight, delayed, kDelayed, dead,
                        kDead, in, kRate, out, kRate, spark_text, oldest, kOldest, to_empty,
@@ -204,9 +203,9 @@ void run_top(const TopFlags& f, Context& ctx) {
                                   q::plural(queues.size(), "queue")),
                       static_cast<std::size_t>(cols))) +
              "\r\n\r\n";
-    std::string header = layout.row("QUEUE", "VISIBLE", "IN FLIGHT", "DELAYED", "DEAD", "IN/s",
-                                    "OUT/s", fmt::format("{:<{}}", "DEPTH", layout.spark),
-                                    "OLDEST", "TO EMPTY");
+    std::string header =
+        layout.row("QUEUE", "VISIBLE", "IN FLIGHT", "DELAYED", "DEAD", "IN/s", "OUT/s",
+                   fmt::format("{:<{}}", "DEPTH", layout.spark), "OLDEST", "TO EMPTY");
     frame += (color ? "\033[7m" + header + "\033[0m" : header) + "\r\n";
     int line = 4;
     for (const auto& r : queues) {
@@ -225,17 +224,17 @@ void run_top(const TopFlags& f, Context& ctx) {
         if (++line >= rows) break;
       }
       std::string dead = fmt::format("{:>{}}", count_text(s.dead), TopLayout::kDead);
-      frame += layout.row(name, count_text(s.visible), count_text(s.in_flight),
-                          count_text(s.delayed), s.dead > 0 ? red(dead) : dead,
-                          r.measured ? rate_text(r.in_per_s) : "-",
-                          r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, layout.spark),
-                          short_duration(s.oldest_age),
-                          // An idle empty queue has nothing to empty: "-".
-                          s.pause                           ? "paused"
-                          : !r.measured || r.backlog() == 0 ? "-"
-                          : empty                           ? short_duration(empty)
-                                                            : "never") +
-               "\r\n";
+      frame +=
+          layout.row(name, count_text(s.visible), count_text(s.in_flight), count_text(s.delayed),
+                     s.dead > 0 ? red(dead) : dead, r.measured ? rate_text(r.in_per_s) : "-",
+                     r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, layout.spark),
+                     short_duration(s.oldest_age),
+                     // An idle empty queue has nothing to empty: "-".
+                     s.pause                           ? "paused"
+                     : !r.measured || r.backlog() == 0 ? "-"
+                     : empty                           ? short_duration(empty)
+                                                       : "never") +
+          "\r\n";
       ++line;
     }
     // Pauses, with their end and reason, below the table.
