@@ -55,6 +55,34 @@ QueueConfig apply(QueueConfig c, const ConfigChange& change) {
   return c;
 }
 
+void check_agrees(const std::string& queue, const QueueConfig& have,
+                  const ConfigChange& change) {
+  auto differs = [&](const char* flag, auto want, auto is, auto show) {
+    if (want && *want != is)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("queue {}: already exists with {} {}; change it with 'q config {} "
+                              "{} {}'",
+                              queue, flag, show(is), queue, flag, show(*want)));
+  };
+  auto dur = [](Millis v) { return format_duration(v); };
+  auto num = [](auto v) { return fmt::format("{}", v); };
+  differs("--visibility-timeout", change.visibility_timeout, have.visibility_timeout, dur);
+  differs("--max-receives", change.max_receives, have.max_receives, num);
+  differs("--retention", change.retention, have.retention, dur);
+  differs("--delay", change.delay, have.delay, dur);
+  differs("--max-depth", change.max_depth, have.max_depth, num);
+  differs("--max-size", change.max_size, have.max_size, num);
+  differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
+  differs("--rate", change.rate, have.rate, [](double v) { return fmt::format("{}/s", v); });
+  if (change.fifo && *change.fifo != have.fifo)
+    throw Error(ErrorKind::Usage,
+                fmt::format("queue {}: already exists as a {} queue, and a queue's kind cannot "
+                            "change",
+                            queue, have.fifo ? "FIFO" : "standard"));
+  auto flag = [](bool v) { return v ? "on" : "off"; };
+  differs("--content-dedup", change.content_dedup, have.content_dedup, flag);
+}
+
 bool is_valid_queue_name(const std::string& name) {
   if (name.empty() || name.size() > kMaxQueueName) return false;
   return std::all_of(name.begin(), name.end(), [](unsigned char c) {

@@ -76,6 +76,9 @@ struct ConfigChange {
 // Throws Error(Usage) naming the setting when a value is out of range.
 void validate(const QueueConfig& config);
 QueueConfig apply(QueueConfig config, const ConfigChange& change);
+// Throws Error(Usage) when `change` names a setting that differs from the
+// existing queue's (a `create` of a queue that exists).
+void check_agrees(const std::string& queue, const QueueConfig& have, const ConfigChange& change);
 
 // Lifetime counters of a queue: they only grow.
 struct QueueCounters {

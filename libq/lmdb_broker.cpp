@@ -679,34 +679,6 @@ class LmdbBroker final : public Broker {
                             env_->path(), queue));
   }
 
-  void check_agrees(const std::string& queue, const QueueConfig& have,
-                    const ConfigChange& change) {
-    auto differs = [&](const char* flag, auto want, auto is, auto show) {
-      if (want && *want != is)
-        throw Error(ErrorKind::Usage,
-                    fmt::format("queue {}: already exists with {} {}; change it with 'q config {} "
-                                "{} {}'",
-                                queue, flag, show(is), queue, flag, show(*want)));
-    };
-    auto dur = [](Millis v) { return format_duration(v); };
-    auto num = [](auto v) { return fmt::format("{}", v); };
-    differs("--visibility-timeout", change.visibility_timeout, have.visibility_timeout, dur);
-    differs("--max-receives", change.max_receives, have.max_receives, num);
-    differs("--retention", change.retention, have.retention, dur);
-    differs("--delay", change.delay, have.delay, dur);
-    differs("--max-depth", change.max_depth, have.max_depth, num);
-    differs("--max-size", change.max_size, have.max_size, num);
-    differs("--dedup-window", change.dedup_window, have.dedup_window, dur);
-    differs("--rate", change.rate, have.rate, [](double v) { return fmt::format("{}/s", v); });
-    if (change.fifo && *change.fifo != have.fifo)
-      throw Error(ErrorKind::Usage,
-                  fmt::format("queue {}: already exists as a {} queue, and a queue's kind cannot "
-                              "change",
-                              queue, have.fifo ? "FIFO" : "standard"));
-    auto flag = [](bool v) { return v ? "on" : "off"; };
-    differs("--content-dedup", change.content_dedup, have.content_dedup, flag);
-  }
-
   static void check_idempotency_key(const std::string& key) {
     if (key.empty() || key.size() > kMaxIdempotencyKey)
       throw Error(ErrorKind::InvalidData,
