@@ -333,9 +333,14 @@ class NatsBroker final : public Broker {
         acked.state = Lease::Acked;
         auto rev = change_lease(queue, receipt, seq, acked, revision);
         // Decided: the lease says acked, so no receive hands the message out
-        // again (one that gets it finishes this ack). Now tell JetStream.
-        client_.request(lease.reply, "+ACK");
-        client_.remove(rev);
+        // again (one that gets it finishes this ack). Now tell JetStream; if
+        // the cluster does not answer, the ack stands all the same.
+        try {
+          client_.request(lease.reply, "+ACK");
+          client_.remove(rev);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::Busy) throw;
+        }
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
         result.outcome =
@@ -894,7 +899,12 @@ class NatsBroker final : public Broker {
     jsStreamState state = stream_state(queue);
     Millis now = clock_->now();
     std::uint64_t in_flight = 0, delayed = 0;
-    client_.each(lease_prefix(queue) + "*", [&](const std::string&, const Record& r) {
+    client_.each(lease_prefix(queue) + "*", [&](const std::string& key, const Record& r) {
+      // Messages leave a work-queue stream by ack (their lease goes with
+      // them), purge (leases too) or age, oldest first: a lease below the
+      // first sequence outlived its message (MaxAge) and counts for nothing.
+      std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
+      if (state.Msgs == 0 || seq < state.FirstSeq) return;
       Lease l = Lease::decode(r.value);
       if (l.state == Lease::Acked || (l.state == Lease::Leased && l.until > now)) ++in_flight;
       else if (l.state == Lease::Released && l.until > now) ++delayed;
