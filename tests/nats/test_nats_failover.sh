@@ -91,5 +91,19 @@ stats=$("$Q" stats storm --json)
 # Twice-received messages are allowed (at-least-once: a lease lost with a dead
 # node), but a message stored twice would show up as a sent count above the sends.
 [[ $(jq -r .sent <<<"$stats") -le $sends ]] || fail "more messages stored than sent: $stats"
-((fails == 0)) && echo "PASS: kill -9 of the stream leader lost no acknowledged send"
+# Fencing across a leader change: a receipt from before the kill of the new
+# stream leader is stale once the message was delivered again after it.
+"$Q" send storm fence >/dev/null || fail "send after the storm"
+r1=$("$Q" receive storm --visibility-timeout 1s --json | jq -r .receipt)
+leader=$(stream_leader "$MON_1" "$MON_2" "$MON_3")
+"$cluster" kill "$dir" "${leader#n}" || fail "kill -9 of the new stream leader $leader"
+sleep 1.5
+r2=$("$Q" receive storm --wait 20s --json | jq -r .receipt)
+[[ -n $r2 && $r2 != "$r1" ]] || fail "no redelivery after the lease ran out across a leader change ('$r2')"
+"$Q" ack storm "$r1" 2>/dev/null
+rc=$?
+((rc == 3)) || fail "the receipt from before the leader change: ack exit $rc, expected 3"
+"$Q" ack storm "$r2" || fail "ack of the current receipt after the leader change"
+"$cluster" restart "$dir" "${leader#n}" || fail "$leader did not rejoin"
+((fails == 0)) && echo "PASS: kill -9 of the stream leader lost no acknowledged send; stale receipts refused across a leader change"
 exit $((fails > 0))
