@@ -372,7 +372,7 @@ class NatsBroker final : public Broker {
     change_lease(queue, receipt, seq, next, revision);
     // `-NAK {"delay"}` on a pending message moves its redelivery to now+delay
     // and keeps it pending: JetStream's timer follows the lease.
-    client_.request(lease.reply, nak_body(by));
+    rearm(lease.reply, by);
     return until;
   }
 
@@ -399,7 +399,7 @@ class NatsBroker final : public Broker {
     next.until = now + delay;
     if (!options.reason.empty()) next.reason = options.reason;
     change_lease(queue, receipt, seq, next, revision);
-    client_.request(lease.reply, nak_body(delay));
+    rearm(lease.reply, delay);
     return now + delay;
   }
 
@@ -836,6 +836,18 @@ class NatsBroker final : public Broker {
   }
 
   static std::string message_id(std::uint64_t seq) { return store::message_id(seq); }
+
+  // Moves JetStream's redelivery of a pending message to now + delay. Once
+  // the lease is written the decision stands: when the cluster does not
+  // answer, the lease still rules (a delivery before its time is re-armed by
+  // the receive that gets it), so this reports no failure.
+  void rearm(const std::string& reply, Millis delay) {
+    try {
+      client_.request(reply, nak_body(delay));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Busy) throw;
+    }
+  }
 
   struct Current {
     std::uint64_t seq;

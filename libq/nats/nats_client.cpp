@@ -239,9 +239,6 @@ void Client::open_bucket(const std::string& bucket, int replicas) {
     }, &code);
   }
   if (s != NATS_OK) fail("opening the bucket " + bucket, s, code);
-  s = retry("opening the bucket " + bucket,
-            [&](jsErrCode*) { return js_KeyValue(&kv_, js_, bucket.c_str()); });
-  if (s != NATS_OK) fail("opening the bucket " + bucket, s, {});
 }
 
 std::optional<Record> Client::get(const std::string& key) {
@@ -310,6 +307,12 @@ void Client::each(const std::string& filter,
   kvWatchOptions wo;
   kvWatchOptions_Init(&wo);
   wo.IgnoreDeletes = true;
+  // The KV handle costs a round trip, and only listing needs it.
+  if (!kv_) {
+    natsStatus s = retry("opening the bucket " + bucket_,
+                         [&](jsErrCode*) { return js_KeyValue(&kv_, js_, bucket_.c_str()); });
+    if (s != NATS_OK) fail("opening the bucket " + bucket_, s, {});
+  }
   kvWatcher* watcher = nullptr;
   natsStatus s = retry("listing " + filter, [&](jsErrCode*) {
     return kvStore_Watch(&watcher, kv_, filter.c_str(), &wo);

@@ -27,7 +27,10 @@ while ((SECONDS < deadline)); do
 done
 [[ -n $new && $new != "$leader" ]] || fail "no new leader 30 s after killing $leader"
 "$cluster" restart "$dir" "$n" || fail "restart of n$n"
-"$cluster" status "$dir" | grep -q "^n$n running .*meta leader: n" || fail "n$n did not rejoin"
+# Not `status | grep -q`: grep leaving early kills status with SIGPIPE, and
+# pipefail then reports a node that did rejoin as missing.
+status=$("$cluster" status "$dir")
+grep -q "^n$n running .*meta leader: n" <<<"$status" || fail "n$n did not rejoin: $status"
 pids=$(cat "$dir"/n*.pid)
 "$cluster" stop "$dir" || fail "stop"
 [[ -e $dir ]] && fail "stop left $dir"
