@@ -43,7 +43,9 @@ victim=${leader#n}
 
 # Producer: one q process per message; the body is its number.
 ( for ((i = 1; i <= sends; i++)); do
+    t0=$(date +%s%3N)
     if "$Q" send storm "$i" >/dev/null 2>>"$dir/send.err"; then echo "$i" >>"$dir/sent"; fi
+    echo $(($(date +%s%3N) - t0)) >>"$dir/send.ms"
   done ) &
 producer=$!
 # Consumer: receive and ack while the producer runs.
@@ -83,6 +85,7 @@ done
 acked=$(wc -l <"$dir/sent")
 lost=$(comm -23 <(sort -u "$dir/sent") <(sort -u "$dir/got" 2>/dev/null) | wc -l)
 twice=$(sort "$dir/got" | uniq -d | wc -l)
+echo "slowest send: $(sort -n "$dir/send.ms" | tail -1) ms (the leader election); median $(sort -n "$dir/send.ms" | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}') ms"
 echo "sends acknowledged: $acked of $sends; received and acked: $(sort -u "$dir/got" | wc -l); lost: $lost; received twice: $twice"
 ((acked >= sends * 9 / 10)) || fail "only $acked of $sends sends succeeded (errors: $(sort "$dir/send.err" | uniq -c | head -3))"
 ((lost == 0)) || fail "$lost acknowledged messages lost: $(comm -23 <(sort -u "$dir/sent") <(sort -u "$dir/got") | head -5 | tr '\n' ' ')"
