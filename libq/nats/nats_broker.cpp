@@ -10,20 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <mutex>
-#include <random>
-#include <set>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "nats_client.hpp"
-#include "nats_records.hpp"
 #include "nats_leases.hpp"
+#include "nats_records.hpp"
 #include "nats_send.hpp"
 #include "records.hpp"
-#include "sha256.hpp"
 #include "timefmt.hpp"
 
 namespace q {
@@ -35,9 +30,7 @@ using nats::Lease;
 using nats::Names;
 using nats::Record;
 using nats::StoredQueue;
-using nats::header;
 using nats::kNs;
-using nats::nak_body;
 using json = nlohmann::json;
 
 constexpr const char* kConsumer = "q";
@@ -54,7 +47,6 @@ constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
   throw Error(ErrorKind::NotFound,
               fmt::format("queue {}: no such queue (create it with 'q create {}')", queue, queue));
 }
-
 
 class NatsBroker final : public Broker {
  public:
@@ -513,7 +505,7 @@ class NatsBroker final : public Broker {
       if (s == NATS_TIMEOUT) break;
       if (s != NATS_OK) client_.fail("receiving from queue " + queue, s, {});
       // A status (404 no messages, 408 request over, 409 ...) ends the request.
-      if (!header(msg.get(), "Status").empty()) break;
+      if (!nats::header(msg.get(), "Status").empty()) break;
       out.push_back(std::move(msg));
     }
     return out;
