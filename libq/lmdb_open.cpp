@@ -399,12 +399,8 @@ void Env::open_lmdb(const std::string& file, int lock_fd, unsigned extra_flags) 
   if (rc != 0) fail(rc, "cannot open queue file");
   verify_lmdb_files(lock_fd);
 }
-void Env::init_databases(bool may_initialize) {
-  struct Named {
-    MDB_dbi* dbi;
-    const char* name;
-  };
-  const Named all[] = {
+std::vector<Env::NamedDb> Env::named_databases() {
+  return {
       {&db_.meta, "meta"},         {&db_.queues, "queues"},
       {&db_.messages, "messages"}, {&db_.bodies, "bodies"},
       {&db_.ready, "ready"},       {&db_.delayed, "delayed"},
@@ -416,36 +412,43 @@ void Env::init_databases(bool may_initialize) {
       {&db_.heads, "heads"},       {&db_.attempts, "attempts"},
       {&db_.workers, "workers"},   {&db_.pauses, "pauses"},
   };
-  auto not_ours = [&] {
-    return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "
-                                            "q's databases)",
-                                            options_.path));
-  };
+}
 
-  if (may_initialize) {
-    Txn txn(*this, Txn::Write);
-    MDB_dbi main;
-    int rc = mdb_dbi_open(txn.handle(), nullptr, 0, &main);
-    if (rc != 0) fail(rc, "cannot open main database");
-    rc = mdb_dbi_open(txn.handle(), "meta", 0, &db_.meta);
-    if (rc == MDB_NOTFOUND) {
-      if (txn.entries(main) != 0) throw not_ours();
-    } else if (rc != 0) {
-      fail(rc, "cannot open database meta");
-    }
-    for (const auto& n : all) {
-      rc = mdb_dbi_open(txn.handle(), n.name, MDB_CREATE, n.dbi);
-      if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
-    }
-    rc = mdb_dbi_open(txn.handle(), "holders", MDB_CREATE, &holders_dbi_);
-    if (rc != 0) fail(rc, "cannot create database holders");
-    if (!txn.get(db_.meta, kFormatKey)) {
-      txn.put(db_.meta, kFormatKey, encode_format(kFormatVersion));
-      txn.put(db_.meta, kNextSeqKey, encode_meta_number(1));
-      txn.put(db_.meta, kNextQidKey, encode_meta_number(1));
-    }
-    txn.commit();
+Error Env::not_ours() const {
+  return Error(ErrorKind::Io, fmt::format("{}: not a q queue file (an LMDB file without "
+                                          "q's databases)",
+                                          options_.path));
+}
+
+// A new (or empty) file: every database and the meta keys, in one commit.
+void Env::create_databases(const std::vector<NamedDb>& all) {
+  Txn txn(*this, Txn::Write);
+  MDB_dbi main;
+  int rc = mdb_dbi_open(txn.handle(), nullptr, 0, &main);
+  if (rc != 0) fail(rc, "cannot open main database");
+  rc = mdb_dbi_open(txn.handle(), "meta", 0, &db_.meta);
+  if (rc == MDB_NOTFOUND) {
+    if (txn.entries(main) != 0) throw not_ours();
+  } else if (rc != 0) {
+    fail(rc, "cannot open database meta");
   }
+  for (const auto& n : all) {
+    rc = mdb_dbi_open(txn.handle(), n.name, MDB_CREATE, n.dbi);
+    if (rc != 0) fail(rc, fmt::format("cannot create database {}", n.name));
+  }
+  rc = mdb_dbi_open(txn.handle(), "holders", MDB_CREATE, &holders_dbi_);
+  if (rc != 0) fail(rc, "cannot create database holders");
+  if (!txn.get(db_.meta, kFormatKey)) {
+    txn.put(db_.meta, kFormatKey, encode_format(kFormatVersion));
+    txn.put(db_.meta, kNextSeqKey, encode_meta_number(1));
+    txn.put(db_.meta, kNextQidKey, encode_meta_number(1));
+  }
+  txn.commit();
+}
+
+void Env::init_databases(bool may_initialize) {
+  const auto all = named_databases();
+  if (may_initialize) create_databases(all);
 
   // Databases added after a file was made (the attempt history, q work's
   // registry, pauses) are created by the first write transaction on it
