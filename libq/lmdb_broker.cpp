@@ -351,8 +351,16 @@ class LmdbBroker final : public Broker {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     view.maintain();
+    auto results = ack_each(view, receipts);
+    view.save();
+    txn.commit();
+    return results;
+  }
+
+  // A receipt given twice is acked once and reported the same both times.
+  static std::vector<ReceiptResult> ack_each(QueueView& view,
+                                             const std::vector<std::string>& receipts) {
     std::vector<ReceiptResult> results;
-    // A receipt given twice is acked once and reported the same both times.
     std::unordered_map<std::string_view, std::size_t> first_result;
     for (const auto& receipt : receipts) {
       if (auto seen = first_result.find(receipt); seen != first_result.end()) {
@@ -362,9 +370,17 @@ class LmdbBroker final : public Broker {
       first_result.emplace(receipt, results.size());
       results.push_back(ack_in(view, receipt));
     }
-    view.save();
-    txn.commit();
     return results;
+  }
+
+  // The acks first: an ack that frees a FIFO group lets this receive take
+  // the group's next message.
+  AckReceiveResult do_ack_and_receive(const std::string& queue,
+                                      const std::vector<std::string>& receipts,
+                                      const ReceiveOptions& options) override {
+    AckReceiveResult result;
+    result.received = receive_now(queue, options, &receipts, &result.acked);
+    return result;
   }
 
   Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) override {
@@ -849,11 +865,16 @@ class LmdbBroker final : public Broker {
     return s;
   }
 
-  std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options) {
+  // With `acks`, acks those receipts first in the same transaction (results
+  // into `acked`): ack_and_receive.
+  std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options,
+                                   const std::vector<std::string>* acks = nullptr,
+                                   std::vector<ReceiptResult>* acked = nullptr) {
     Txn txn(*env_, Txn::Write);
     auto view = open(txn, queue);
     const std::string before = store::encode(view.rec);
     view.maintain();
+    if (acks) *acked = ack_each(view, *acks);
     const auto& config = view.rec.config;
     Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
     std::uint64_t budget = options.rate_limited ? view.rate_allows() : UINT64_MAX;
