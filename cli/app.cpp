@@ -55,9 +55,28 @@ std::string Context::queue_file() const {
   return data_home + "/q/default.q";
 }
 
+NatsOpener nats_opener = nullptr;
+
+bool is_nats_location(const std::string& location) {
+  return location.compare(0, 7, "nats://") == 0;
+}
+
 std::unique_ptr<q::Broker> Context::open(bool create) const {
+  std::string location = queue_file();
+  if (is_nats_location(location)) {
+    if (!nats_opener)
+      throw q::Error(q::ErrorKind::Busy,
+                     fmt::format("{}: this q has no NATS backend (q-nats)", location));
+    q::Millis timeout = 10 * q::kSecond;
+    if (lock_timeout) {
+      timeout = duration_flag("--lock-timeout", *lock_timeout);
+    } else if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
+      timeout = duration_flag("Q_LOCK_TIMEOUT", std::string(env));
+    }
+    return nats_opener(location, timeout);
+  }
   q::LmdbOptions options;
-  options.open.path = queue_file();
+  options.open.path = location;
   options.open.create = create;
   options.clock = &clock();
   report_crashes_as_damage(options.open.path);

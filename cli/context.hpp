@@ -29,6 +29,14 @@ enum Exit : int {
 
 int exit_code(q::ErrorKind kind);
 
+// Locations that are not a file: nats://HOST:PORT[,...]/NAMESPACE.
+bool is_nats_location(const std::string& location);
+// Opens a nats:// location with the longest wait `timeout` for the cluster.
+// Set by q-nats (cli/main_nats.cpp); null in the static q, which hands such
+// locations to q-nats before parsing anything (cli/nats_handoff.cpp).
+using NatsOpener = std::unique_ptr<q::Broker> (*)(const std::string& location, q::Millis timeout);
+extern NatsOpener nats_opener;
+
 struct Context {
   // Global options.
   std::optional<std::string> file;          // -f/--file, else $Q_FILE, else the default path

@@ -1,0 +1,369 @@
+#include "nats_client.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "timefmt.hpp"
+
+namespace q::nats {
+namespace {
+
+constexpr jsErrCode kWrongLastSequence = static_cast<jsErrCode>(10071);
+constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
+constexpr jsErrCode kNoMessageFound = static_cast<jsErrCode>(10037);
+constexpr jsErrCode kClusterNotAvailable = static_cast<jsErrCode>(10008);
+
+bool is_ns_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+}
+
+std::string last_error_text() {
+  natsStatus s = NATS_OK;
+  const char* text = nats_GetLastError(&s);
+  if (text && *text) return text;
+  return natsStatus_GetText(s);
+}
+
+}  // namespace
+
+Location parse_location(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorKind::Usage, fmt::format("location '{}': {} (expected "
+                                              "nats://HOST:PORT[,HOST:PORT...]/NAMESPACE)",
+                                              text, why));
+  };
+  const std::string scheme = "nats://";
+  if (text.compare(0, scheme.size(), scheme) != 0) bad("not a nats:// location");
+  std::string rest = text.substr(scheme.size());
+  auto slash = rest.find('/');
+  if (slash == std::string::npos) bad("no namespace after the servers");
+  Location loc;
+  loc.ns = rest.substr(slash + 1);
+  if (loc.ns.empty() || loc.ns.size() > 32)
+    bad("the namespace must be 1 to 32 letters, digits or '-'");
+  for (char c : loc.ns)
+    if (!is_ns_char(c)) bad("the namespace must be 1 to 32 letters, digits or '-'");
+  std::string hosts = rest.substr(0, slash);
+  std::size_t start = 0;
+  while (start <= hosts.size()) {
+    auto comma = hosts.find(',', start);
+    std::string host =
+        hosts.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (host.empty()) bad("an empty server between commas");
+    auto at = host.rfind('@');
+    std::string hostport = at == std::string::npos ? host : host.substr(at + 1);
+    auto colon = hostport.rfind(':');
+    if (colon == std::string::npos || hostport.find(']', colon) != std::string::npos) {
+      host += ":4222";
+    } else {
+      std::string port = hostport.substr(colon + 1);
+      char* end = nullptr;
+      long n = std::strtol(port.c_str(), &end, 10);
+      if (port.empty() || *end != '\0' || n < 1 || n > 65535)
+        bad(fmt::format("server '{}': the port must be 1 to 65535", host));
+    }
+    loc.servers.push_back("nats://" + host);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return loc;
+}
+
+std::string encode_name(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '_')
+      out += "__";
+    else if (c == '.')
+      out += "_d";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::optional<std::string> decode_name(const std::string& encoded) {
+  std::string out;
+  for (std::size_t i = 0; i < encoded.size(); ++i) {
+    if (encoded[i] != '_') {
+      out += encoded[i];
+      continue;
+    }
+    if (++i == encoded.size()) return std::nullopt;
+    if (encoded[i] == '_')
+      out += '_';
+    else if (encoded[i] == 'd')
+      out += '.';
+    else
+      return std::nullopt;
+  }
+  return out;
+}
+
+bool transient(natsStatus s, jsErrCode code) {
+  if (code == kClusterNotAvailable) return true;
+  return s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED ||
+         s == NATS_NOT_YET_CONNECTED;
+}
+
+std::string random_token() {
+  static thread_local std::mt19937_64 rng([] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seq);
+  }());
+  return fmt::format("{:016x}{:016x}", rng(), rng());
+}
+
+Client::Client(const Location& location, Millis timeout) : location_(location), timeout_(timeout) {
+  std::vector<const char*> servers;
+  for (const auto& s : location_.servers) servers.push_back(s.c_str());
+  natsStatus s = natsOptions_Create(&opts_);
+  if (s == NATS_OK)
+    s = natsOptions_SetServers(opts_, servers.data(), static_cast<int>(servers.size()));
+  if (s == NATS_OK) s = natsOptions_SetTimeout(opts_, std::min<Millis>(timeout_, 2000));
+  // A node going away mid-command: reconnect to another one at once.
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts_, 1000);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts_, 50);
+  if (s != NATS_OK) fail("setting up the connection", s, {});
+  // Every server is tried once; the whole list again until the timeout.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_);
+  while ((s = natsConnection_Connect(&nc_, opts_)) != NATS_OK) {
+    if (std::chrono::steady_clock::now() >= deadline || (s != NATS_NO_SERVER && !transient(s)))
+      throw Error(ErrorKind::Busy, fmt::format("{}: no NATS server answered within {}: {}",
+                                               fmt::join(location_.servers, ","),
+                                               format_duration(timeout_), last_error_text()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = std::min<Millis>(timeout_, 2000);
+  jo.PublishAsync.MaxPending = 256;
+  jo.PublishAsync.AckHandler = [](jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
+                                  void* closure) {
+    auto* self = static_cast<Client*>(closure);
+    if (self->on_pub_ack)
+      self->on_pub_ack(msg, pa, pae);
+    else
+      natsMsg_Destroy(msg);
+  };
+  jo.PublishAsync.AckHandlerClosure = this;
+  if ((s = natsConnection_JetStream(&js_, nc_, &jo)) != NATS_OK) fail("JetStream", s, {});
+}
+
+Client::~Client() {
+  if (kv_) kvStore_Destroy(kv_);
+  if (js_) jsCtx_Destroy(js_);
+  if (nc_) natsConnection_Destroy(nc_);
+  if (opts_) natsOptions_Destroy(opts_);
+}
+
+int Client::cluster_size() const {
+  char** servers = nullptr;
+  int count = 0;
+  if (natsConnection_GetServers(nc_, &servers, &count) != NATS_OK) return 1;
+  for (int i = 0; i < count; ++i) free(servers[i]);
+  free(servers);
+  return std::max(count, 1);
+}
+
+void Client::fail(const std::string& what, natsStatus s, jsErrCode code) const {
+  std::string where = fmt::format("nats://{}", location_.ns);
+  if (transient(s, code))
+    throw Error(ErrorKind::Busy,
+                fmt::format("{}: {}: the cluster did not answer within {} ({})", where, what,
+                            format_duration(timeout_), last_error_text()));
+  throw Error(ErrorKind::Io,
+              fmt::format("{}: {}: {}{}", where, what, last_error_text(),
+                          code ? fmt::format(" (JetStream error {})", static_cast<int>(code))
+                               : std::string()));
+}
+
+natsStatus Client::retry(const std::string& what, const std::function<natsStatus(jsErrCode*)>& call,
+                         jsErrCode* code) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_);
+  auto pause = std::chrono::milliseconds(20);
+  for (;;) {
+    jsErrCode err = static_cast<jsErrCode>(0);
+    natsStatus s = call(&err);
+    if (code) *code = err;
+    if (!transient(s, err)) return s;
+    if (std::chrono::steady_clock::now() + pause >= deadline) fail(what, s, err);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
+void Client::request(const std::string& subject, const std::string& data) {
+  natsStatus s = retry("acknowledging a delivery", [&](jsErrCode*) {
+    natsMsg* reply = nullptr;
+    natsStatus st = natsConnection_Request(&reply, nc_, subject.c_str(), data.data(),
+                                           static_cast<int>(data.size()), 2000);
+    natsMsg_Destroy(reply);
+    return st;
+  });
+  if (s != NATS_OK) fail("acknowledging a delivery", s, {});
+}
+
+void Client::open_bucket(const std::string& bucket, int replicas) {
+  bucket_ = bucket;
+  bucket_stream_ = "KV_" + bucket;
+  jsErrCode code{};
+  natsStatus s = retry(
+      "reading the bucket " + bucket,
+      [&](jsErrCode* err) {
+        jsStreamInfo* si = nullptr;
+        natsStatus st = js_GetStreamInfo(&si, js_, bucket_stream_.c_str(), nullptr, err);
+        jsStreamInfo_Destroy(si);
+        return st;
+      },
+      &code);
+  if (s == NATS_NOT_FOUND || code == kStreamNotFound) {
+    // Shaped like a KV bucket of history 1 (readable with `nats kv`), but
+    // without deny_delete: a record q is done with is removed outright,
+    // leaving no delete marker behind.
+    std::string subjects = "$KV." + bucket + ".>";
+    const char* subject_list[] = {subjects.c_str()};
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = bucket_stream_.c_str();
+    cfg.Subjects = subject_list;
+    cfg.SubjectsLen = 1;
+    cfg.MaxMsgsPerSubject = 1;
+    cfg.Storage = js_FileStorage;
+    cfg.Replicas = replicas;
+    cfg.AllowRollup = true;
+    cfg.AllowDirect = false;
+    cfg.Discard = js_DiscardNew;
+    s = retry(
+        "creating the bucket " + bucket,
+        [&](jsErrCode* err) {
+          jsStreamInfo* si = nullptr;
+          natsStatus st = js_AddStream(&si, js_, &cfg, nullptr, err);
+          jsStreamInfo_Destroy(si);
+          return st;
+        },
+        &code);
+  }
+  if (s != NATS_OK) fail("opening the bucket " + bucket, s, code);
+}
+
+std::optional<Record> Client::get(const std::string& key) {
+  natsMsg* raw = nullptr;
+  jsErrCode code{};
+  std::string subj = subject(key);
+  natsStatus s = retry(
+      "reading " + key,
+      [&](jsErrCode* err) {
+        natsMsg_Destroy(raw);
+        raw = nullptr;
+        return js_GetLastMsg(&raw, js_, bucket_stream_.c_str(), subj.c_str(), nullptr, err);
+      },
+      &code);
+  MsgPtr msg(raw);
+  if (s == NATS_NOT_FOUND || code == kNoMessageFound) return std::nullopt;
+  if (s != NATS_OK) fail("reading " + key, s, code);
+  return Record{std::string(natsMsg_GetData(msg.get()),
+                            static_cast<std::size_t>(natsMsg_GetDataLength(msg.get()))),
+                natsMsg_GetSequence(msg.get())};
+}
+
+std::optional<std::uint64_t> Client::put_if(const std::string& key, const std::string& value,
+                                            std::uint64_t expected) {
+  std::string subj = subject(key);
+  natsMsg* raw = nullptr;
+  natsStatus s =
+      natsMsg_Create(&raw, subj.c_str(), nullptr, value.data(), static_cast<int>(value.size()));
+  MsgPtr msg(raw);
+  if (s != NATS_OK) fail("writing " + key, s, {});
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  if (expected == 0)
+    po.ExpectNoMessage = true;
+  else
+    po.ExpectLastSubjectSeq = expected;
+  int attempts = 0;
+  std::uint64_t revision = 0;
+  jsErrCode code{};
+  s = retry(
+      "writing " + key,
+      [&](jsErrCode* err) {
+        ++attempts;
+        jsPubAck* pa = nullptr;
+        natsStatus st = js_PublishMsg(&pa, js_, msg.get(), &po, err);
+        if (st == NATS_OK) revision = pa->Sequence;
+        jsPubAck_Destroy(pa);
+        return st;
+      },
+      &code);
+  if (s == NATS_OK) return revision;
+  if (code == kWrongLastSequence) {
+    // A retried write may have been stored the first time: then the record
+    // holds this very value (unique by its token).
+    if (attempts > 1)
+      if (auto now = get(key); now && now->value == value) return now->revision;
+    return std::nullopt;
+  }
+  fail("writing " + key, s, code);
+}
+
+void Client::remove(std::uint64_t revision) {
+  jsErrCode code{};
+  natsStatus s = retry(
+      "removing a record",
+      [&](jsErrCode* err) {
+        return js_DeleteMsg(js_, bucket_stream_.c_str(), revision, nullptr, err);
+      },
+      &code);
+  // Gone already: replaced by a newer record of its key, or removed by a retry.
+  if (s != NATS_OK && s != NATS_NOT_FOUND && code != static_cast<jsErrCode>(10057))
+    fail("removing a record", s, code);
+}
+
+void Client::each(const std::string& filter,
+                  const std::function<void(const std::string&, const Record&)>& each) {
+  kvWatchOptions wo;
+  kvWatchOptions_Init(&wo);
+  wo.IgnoreDeletes = true;
+  // The KV handle costs a round trip, and only listing needs it.
+  if (!kv_) {
+    natsStatus s = retry("opening the bucket " + bucket_,
+                         [&](jsErrCode*) { return js_KeyValue(&kv_, js_, bucket_.c_str()); });
+    if (s != NATS_OK) fail("opening the bucket " + bucket_, s, {});
+  }
+  kvWatcher* watcher = nullptr;
+  natsStatus s = retry("listing " + filter, [&](jsErrCode*) {
+    return kvStore_Watch(&watcher, kv_, filter.c_str(), &wo);
+  });
+  if (s != NATS_OK) fail("listing " + filter, s, {});
+  std::unique_ptr<kvWatcher, Deleter<kvWatcher, kvWatcher_Destroy>> hold(watcher);
+  for (;;) {
+    kvEntry* entry = nullptr;
+    s = kvWatcher_Next(&entry, watcher, timeout_);
+    if (s != NATS_OK) fail("listing " + filter, s, {});
+    if (!entry) return;  // every record present when the watch began was seen
+    std::unique_ptr<kvEntry, Deleter<kvEntry, kvEntry_Destroy>> e(entry);
+    Record r{std::string(static_cast<const char*>(kvEntry_Value(entry)),
+                         static_cast<std::size_t>(kvEntry_ValueLen(entry))),
+             kvEntry_Revision(entry)};
+    each(kvEntry_Key(entry), r);
+  }
+}
+
+void Client::purge(const std::string& filter) {
+  std::string subj = subject(filter);
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Stream.Purge.Subject = subj.c_str();
+  jsErrCode code{};
+  natsStatus s = retry(
+      "removing " + filter,
+      [&](jsErrCode* err) { return js_PurgeStream(js_, bucket_stream_.c_str(), &jo, err); }, &code);
+  if (s != NATS_OK) fail("removing " + filter, s, code);
+}
+
+}  // namespace q::nats

@@ -1,0 +1,134 @@
+#include "nats_leases.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "records.hpp"
+
+namespace q::nats {
+
+using json = nlohmann::json;
+
+LeaseBook::LeaseBook(Client& client, const Clock& clock) : client_(client), clock_(clock) {
+  std::random_device rd;
+  random_.seed((static_cast<std::uint64_t>(rd()) << 32) | rd());
+}
+
+std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, Millis vt,
+                                       Millis ack_wait) {
+  jsMsgMetaData* meta_raw = nullptr;
+  if (natsMsg_GetMetaData(&meta_raw, msg) != NATS_OK) return std::nullopt;
+  nats::MetaPtr meta(meta_raw);
+  std::uint64_t seq = meta->Sequence.Stream;
+  std::string reply = natsMsg_GetReply(msg) ? natsMsg_GetReply(msg) : "";
+  std::string key = Names::lease_key(queue, seq);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Millis now = clock_.now();
+    auto cur = client_.get(key);
+    Lease prev;
+    if (cur) prev = Lease::decode(cur->value);
+    if (cur && prev.state == Lease::Acked) {
+      // Acked by a receipt holder who did not reach JetStream: finish it.
+      client_.request(reply, "+ACK");
+      client_.remove(cur->revision);
+      return std::nullopt;
+    }
+    if (cur && prev.until > now) {
+      // Still leased (or released with a delay): JetStream's timer ran
+      // ahead of the lease. Re-arm it to the lease and pass.
+      client_.request(reply, nak_body(prev.until - now));
+      return std::nullopt;
+    }
+    Lease l;
+    l.state = Lease::Leased;
+    do l.nonce = random_();
+    while (l.nonce == 0);
+    l.until = now + vt;
+    l.received_at = now;
+    l.first_received_at = cur ? prev.first_received_at : now;
+    l.receives = (cur ? prev.receives : 0) + 1;
+    l.reply = reply;
+    l.reason = prev.reason;
+    if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
+    if (vt != ack_wait) client_.request(reply, nak_body(vt));
+    Message m;
+    m.id = store::message_id(seq);
+    m.receipt = store::receipt(seq, l.nonce);
+    m.body.assign(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    if (auto a = header(msg, "Q-Attrs"); !a.empty())
+      for (const auto& kv : json::parse(a)) m.attributes.emplace_back(kv.at(0), kv.at(1));
+    if (auto d = header(msg, "Q-Dedup"); !d.empty()) m.dedup_id = json::parse(d);
+    if (auto t = header(msg, "Q-Sent-At"); !t.empty()) m.sent_at = std::stoll(t);
+    m.receive_count = l.receives;
+    m.state = MessageState::InFlight;
+    m.visible_at = l.until;
+    m.first_received_at = l.first_received_at;
+    m.last_received_at = l.received_at;
+    m.reason = l.reason;
+    return m;
+  }
+  return std::nullopt;  // others kept changing the lease: leave the message to them
+}
+
+// Moves JetStream's redelivery of a pending message to now + delay. Once
+// the lease is written the decision stands: when the cluster does not
+// answer, the lease still rules (a delivery before its time is re-armed by
+// the receive that gets it), so this reports no failure.
+void LeaseBook::rearm(const std::string& reply, Millis delay) {
+  try {
+    client_.request(reply, nak_body(delay));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Busy) throw;
+  }
+}
+
+// The lease a receipt names, when it is still that delivery's; else
+// Error(Stale) saying why, or Error(InvalidData) for a malformed receipt.
+LeaseBook::Current LeaseBook::current(const std::string& queue, const std::string& receipt) {
+  auto parsed = store::parse_receipt(receipt);
+  if (!parsed)
+    throw Error(ErrorKind::InvalidData,
+                fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
+                            "receive', like m1f.0123456789abcdef)",
+                            receipt));
+  auto id = store::message_id(parsed->seq);
+  auto cur = client_.get(Names::lease_key(queue, parsed->seq));
+  if (!cur)
+    throw Error(ErrorKind::Stale,
+                fmt::format("receipt {}: stale: message {} is no longer in queue {} (acked, "
+                            "purged or expired)",
+                            receipt, id, queue));
+  Lease lease = Lease::decode(cur->value);
+  if (lease.nonce != parsed->nonce || lease.state == Lease::Acked) {
+    if (lease.state == Lease::Acked)
+      throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} is no longer "
+                                                "in queue {} (acked, purged or expired)",
+                                                receipt, id, queue));
+    throw Error(ErrorKind::Stale,
+                fmt::format("receipt {}: stale: message {} was delivered again since (receive "
+                            "count now {})",
+                            receipt, id, lease.receives));
+  }
+  if (lease.state == Lease::Released)
+    throw Error(ErrorKind::Stale,
+                fmt::format("receipt {}: stale: message {} was released (nack) after this "
+                            "receipt was issued",
+                            receipt, id));
+  return {parsed->seq, std::move(lease), cur->revision};
+}
+
+// Writes `next` over the lease at `revision`; when another write came
+// first, reads again: the receipt may have gone stale meanwhile.
+std::uint64_t LeaseBook::change(const std::string& queue, const std::string& receipt,
+                                std::uint64_t seq, Lease next, std::uint64_t revision) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (auto rev = client_.put_if(Names::lease_key(queue, seq), next.encode(), revision))
+      return *rev;
+    auto again = current(queue, receipt);  // throws Stale when it went stale
+    revision = again.revision;
+  }
+  throw Error(ErrorKind::Busy,
+              fmt::format("receipt {}: its lease kept changing; try again", receipt));
+}
+
+}  // namespace q::nats

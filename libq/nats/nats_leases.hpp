@@ -1,0 +1,50 @@
+// The lease records that fence acks, extends and nacks (JetStream has no
+// fencing): taking a delivery, finding the lease a receipt names, changing it
+// by compare-and-set, and moving JetStream's redelivery timer to follow it.
+// The rules are ARCHITECTURE.md's, "Distributed backend", Receive.
+#pragma once
+
+#include <optional>
+#include <random>
+#include <string>
+
+#include "broker.hpp"
+#include "nats_client.hpp"
+#include "nats_records.hpp"
+
+namespace q::nats {
+
+class LeaseBook {
+ public:
+  LeaseBook(Client& client, const Clock& clock);
+
+  // Rule 1: a delivery of `queue` becomes a Message with a fresh receipt, or
+  // nothing (still leased, acked, or others won the lease).
+  std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait);
+
+  struct Current {
+    std::uint64_t seq;
+    Lease lease;
+    std::uint64_t revision;
+  };
+  // The lease a receipt names when it is still that delivery's; else
+  // Error(Stale) saying why, or Error(InvalidData) for a malformed receipt.
+  Current current(const std::string& queue, const std::string& receipt);
+  // Writes `next` over the lease at `revision`; when another write came
+  // first, reads again (Error(Stale) when the receipt went stale meanwhile).
+  // Returns the new revision.
+  std::uint64_t change(const std::string& queue, const std::string& receipt, std::uint64_t seq,
+                       Lease next, std::uint64_t revision);
+  // Moves JetStream's redelivery of a pending message to now + delay; a
+  // cluster that does not answer is no failure (the lease rules).
+  void rearm(const std::string& reply, Millis delay);
+  // Uniform in [0, 1), for backoff jitter.
+  double unit() { return static_cast<double>(random_() >> 11) * 0x1.0p-53; }
+
+ private:
+  Client& client_;
+  const Clock& clock_;
+  std::mt19937_64 random_;
+};
+
+}  // namespace q::nats

@@ -1,0 +1,92 @@
+#include "nats_records.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace q::nats {
+
+using json = nlohmann::json;
+
+std::string encode_config(const QueueConfig& c, Millis created_at) {
+  return json{{"v", 1},
+              {"visibility_timeout", c.visibility_timeout},
+              {"max_receives", c.max_receives},
+              {"retention", c.retention},
+              {"delay", c.delay},
+              {"max_depth", c.max_depth},
+              {"max_size", c.max_size},
+              {"dedup_window", c.dedup_window},
+              {"rate", c.rate},
+              {"fifo", c.fifo},
+              {"content_dedup", c.content_dedup},
+              {"created_at", created_at},
+              {"w", random_token()}}
+      .dump();
+}
+
+StoredQueue parse_config(const std::string& queue, const Record& r) {
+  try {
+    auto j = json::parse(r.value);
+    StoredQueue s;
+    s.config.visibility_timeout = j.at("visibility_timeout");
+    s.config.max_receives = j.at("max_receives");
+    s.config.retention = j.at("retention");
+    s.config.delay = j.at("delay");
+    s.config.max_depth = j.at("max_depth");
+    s.config.max_size = j.at("max_size");
+    s.config.dedup_window = j.at("dedup_window");
+    s.config.rate = j.at("rate");
+    s.config.fifo = j.at("fifo");
+    s.config.content_dedup = j.at("content_dedup");
+    s.created_at = j.at("created_at");
+    s.revision = r.revision;
+    return s;
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::Io,
+                fmt::format("queue {}: its settings record is damaged ({})", queue, e.what()));
+  }
+}
+
+std::string Lease::encode() const {
+  return json{{"s", std::string(1, static_cast<char>(state))},
+              {"k", nonce},
+              {"u", until},
+              {"r", received_at},
+              {"f", first_received_at},
+              {"n", receives},
+              {"a", reply},
+              {"why", reason},
+              {"w", random_token()}}
+      .dump();
+}
+
+Lease Lease::decode(const std::string& text) {
+  Lease l;
+  try {
+    auto j = json::parse(text);
+    l.state = static_cast<State>(j.at("s").get<std::string>().at(0));
+    l.nonce = j.at("k");
+    l.until = j.at("u");
+    l.received_at = j.at("r");
+    l.first_received_at = j.at("f");
+    l.receives = j.at("n");
+    l.reply = j.at("a");
+    l.reason = j.value("why", "");
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Io, fmt::format("a lease record is damaged ({})", e.what()));
+  }
+  return l;
+}
+
+std::string header(natsMsg* msg, const char* key) {
+  const char* value = nullptr;
+  if (natsMsgHeader_Get(msg, key, &value) != NATS_OK || !value) return {};
+  return value;
+}
+
+std::string nak_body(Millis delay) {
+  if (delay <= 0) return "-NAK";
+  return fmt::format("-NAK {{\"delay\": {}}}", delay * kNs);
+}
+
+}  // namespace q::nats

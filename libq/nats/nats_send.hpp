@@ -1,0 +1,49 @@
+// Publishing q messages to a queue's stream: headers, Nats-Msg-Id for dedup
+// and safe retries, pipelined batches (ARCHITECTURE.md, "Distributed backend",
+// Send). The checks before (sizes, depth) are NatsBroker's.
+#pragma once
+
+#include <vector>
+
+#include "broker.hpp"
+#include "nats_client.hpp"
+#include "nats_records.hpp"
+
+namespace q::nats {
+
+class Publisher {
+ public:
+  Publisher(Client& client, const Names& names, const Clock& clock)
+      : client_(client), names_(names), clock_(clock) {}
+  // Publishes every message (pipelined when more than one), in order; a
+  // message stored before (same dedup id in the window) comes back as a
+  // duplicate with the first one's id. Error(Full) when the stream's max
+  // depth refuses one (the ones before it were sent).
+  std::vector<SendResult> publish(const std::string& queue, const QueueConfig& config,
+                                  std::vector<OutgoingMessage>& messages);
+
+  // The Q-Attrs header value (JSON, ASCII only: a header has no line breaks).
+  static std::string attributes_json(const Attributes& attributes);
+
+ private:
+  struct Outgoing {
+    MsgPtr msg;
+    std::string token;    // unique to this send (header Q-Send)
+    bool own_id = false;  // Nats-Msg-Id is q's own (no dedup id of the user's)
+    bool done = false;
+    std::uint64_t seq = 0;
+    bool duplicate = false;
+  };
+  Client& client_;
+  const Names& names_;
+  const Clock& clock_;
+
+  Outgoing prepare(const std::string& queue, const QueueConfig& config, OutgoingMessage& m);
+  [[noreturn]] void publish_failed(const std::string& queue, natsStatus s, jsErrCode code,
+                                   const std::string& text);
+  void settle_duplicate(const std::string& queue, Outgoing& o, bool retried);
+  void publish_sync(const std::string& queue, Outgoing& o, bool tried_before);
+  void publish_async(const std::string& queue, std::vector<Outgoing>& out);
+};
+
+}  // namespace q::nats
