@@ -61,8 +61,10 @@ const sigset_t& signals_to_reset() {
 }
 
 // In the child, before exec: those signals to their default, then an empty
-// mask. Only async-signal-safe calls.
-void reset_signals_in_child(const sigset_t& reset) {
+// mask. Only async-signal-safe calls. Not instrumented in a sanitizer build
+// (Q_SANITIZE), like the rest of the child: it runs on a stack of its own
+// that AddressSanitizer does not know.
+__attribute__((no_sanitize_address)) void reset_signals_in_child(const sigset_t& reset) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
@@ -205,7 +207,7 @@ struct Exec {
 // The child, on its own stack in q work's memory (CLONE_VM) while q work is
 // suspended (CLONE_VFORK): only async-signal-safe calls, nothing that
 // allocates or takes a lock, no LMDB; it ends in execve or _exit.
-int exec_child(void* arg) {
+__attribute__((no_sanitize_address)) int exec_child(void* arg) {
   auto* e = static_cast<Exec*>(arg);
   setpgid(0, 0);                     // our own group: a terminal's Ctrl-C is for q work to handle
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
