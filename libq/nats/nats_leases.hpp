@@ -10,17 +10,24 @@
 
 #include "broker.hpp"
 #include "nats_client.hpp"
+#include "nats_dead.hpp"
 #include "nats_records.hpp"
 
 namespace q::nats {
 
 class LeaseBook {
  public:
-  LeaseBook(Client& client, const Clock& clock);
+  LeaseBook(Client& client, const Clock& clock, DeadLetters& dead);
 
   // Rule 1: a delivery of `queue` becomes a Message with a fresh receipt, or
-  // nothing (still leased, acked, or others won the lease).
-  std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait);
+  // nothing (still leased, acked, dead-lettered now (it had had
+  // `max_receives`, 0: no limit), or others won the lease).
+  std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait,
+                              std::uint32_t max_receives);
+  // Decides to dead-letter the delivery a receipt names (CAS to the dead
+  // state) and moves it; Error(Stale) as current().
+  void dead_letter(const std::string& queue, const std::string& stream, const std::string& receipt,
+                   const std::string& reason);
 
   struct Current {
     std::uint64_t seq;
@@ -44,6 +51,7 @@ class LeaseBook {
  private:
   Client& client_;
   const Clock& clock_;
+  DeadLetters& dead_;
   std::mt19937_64 random_;
 };
 
