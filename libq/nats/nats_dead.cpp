@@ -11,6 +11,7 @@ using json = nlohmann::json;
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 constexpr jsErrCode kNoMessageFound = static_cast<jsErrCode>(10037);
 constexpr jsErrCode kSequenceNotFound = static_cast<jsErrCode>(10057);
+constexpr jsErrCode kDeleteFailed = static_cast<jsErrCode>(10043);  // "sequence N not found"
 }  // namespace
 
 void DeadLetters::ensure_stream(const std::string& queue) {
@@ -116,7 +117,7 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
         return js_DeleteMsg(client_.js(), names_.stream(queue).c_str(), seq, nullptr, err);
       },
       &code);
-  if (s != NATS_OK && s != NATS_NOT_FOUND && code != kSequenceNotFound)
+  if (s != NATS_OK && s != NATS_NOT_FOUND && code != kSequenceNotFound && code != kDeleteFailed)
     client_.fail("removing dead-lettered message " + id, s, code);
   client_.remove(revision);
 }
@@ -261,7 +262,9 @@ bool DeadLetters::remove(const std::string& queue, std::uint64_t seq) {
         return js_DeleteMsg(client_.js(), names_.dead_stream(queue).c_str(), seq, nullptr, err);
       },
       &code);
-  if (s == NATS_NOT_FOUND || code == kSequenceNotFound || code == kNoMessageFound) return false;
+  if (s == NATS_NOT_FOUND || code == kSequenceNotFound || code == kNoMessageFound ||
+      code == kDeleteFailed)
+    return false;
   if (s != NATS_OK) client_.fail("removing a dead letter of queue " + queue, s, code);
   return true;
 }
