@@ -22,6 +22,7 @@
 #include "nats_send.hpp"
 #include "records.hpp"
 #include "rules.hpp"
+#include "sha256.hpp"
 #include "timefmt.hpp"
 #include "utf8.hpp"
 
@@ -115,6 +116,7 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK && code != kStreamNotFound) client_.fail("deleting queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    client_.purge("done." + nats::encode_name(queue) + ".*");
     counts.dead_letters = dead_.delete_stream(queue);
     return counts;
   }
@@ -465,6 +467,47 @@ class NatsBroker final : public Broker {
     return std::make_unique<NoWatch>();
   }
 
+  // Idempotency keys: a record done.<Q>.<sha256 of key> = {until}. Written
+  // before the ack (no transaction spans both): a crash between leaves the
+  // message to be delivered again and skipped as done, never run twice. As
+  // on a file, a stale receipt still records the key (the work was done).
+  ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
+                             const std::string& key, Millis keep) override {
+    must_load(queue);
+    std::string k = done_key(queue, key);
+    std::string value = json{{"u", clock_->now() + keep}, {"w", nats::random_token()}}.dump();
+    bool written = false;
+    for (int attempt = 0; attempt < 5 && !written; ++attempt) {
+      auto cur = client_.get(k);
+      written = client_.put_if(k, value, cur ? cur->revision : 0).has_value();
+    }
+    if (!written)
+      throw Error(ErrorKind::Busy,
+                  fmt::format("queue {}: the record of an idempotency key kept changing; try again",
+                              queue));
+    auto result = do_ack(queue, {receipt}).at(0);
+    if (result.outcome == ReceiptOutcome::Malformed)
+      throw Error(ErrorKind::InvalidData, result.detail);
+    return result.outcome;
+  }
+
+  bool do_is_done(const std::string& queue, const std::string& key) override {
+    must_load(queue);
+    auto cur = client_.get(done_key(queue, key));
+    if (!cur) return false;
+    try {
+      return json::parse(cur->value).at("u").get<Millis>() > clock_->now();
+    } catch (const json::exception& e) {
+      throw Error(ErrorKind::Io, fmt::format("queue {}: the record of an idempotency key is "
+                                             "damaged ({})",
+                                             queue, e.what()));
+    }
+  }
+
+  static std::string done_key(const std::string& queue, const std::string& key) {
+    return "done." + nats::encode_name(queue) + "." + sha256_hex(key);
+  }
+
   // The registry only names a worker's command in the attempt history, which
   // the NATS backend does not keep (README, Differences on NATS).
   void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
@@ -475,13 +518,6 @@ class NatsBroker final : public Broker {
   AckSendResult do_ack_and_send(const std::string&, const std::string&, const std::string&,
                                 std::vector<OutgoingMessage>, const SendOptions&) override {
     not_yet("q work --to (ack and send)");
-  }
-  ReceiptOutcome do_ack_done(const std::string&, const std::string&, const std::string&,
-                             Millis) override {
-    not_yet("idempotency keys (q work)");
-  }
-  bool do_is_done(const std::string&, const std::string&) override {
-    not_yet("idempotency keys (q work)");
   }
 
   void do_export_messages(const std::string&, const std::function<void(const Message&)>&) override {
