@@ -226,12 +226,7 @@ class NatsBroker final : public Broker {
         // Decided: the lease says acked, so no receive hands the message out
         // again (one that gets it finishes this ack). Now tell JetStream; if
         // the cluster does not answer, the ack stands all the same.
-        try {
-          client_.request(lease.reply, "+ACK");
-          client_.remove(rev);
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::Busy) throw;
-        }
+        leases_.finish_ack(names_.stream(queue), seq, lease.reply, rev);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
         result.outcome =

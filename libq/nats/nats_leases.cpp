@@ -1,5 +1,8 @@
 #include "nats_leases.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -30,10 +33,14 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (cur) prev = Lease::decode(cur->value);
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
-      client_.request(reply, "+ACK");
-      client_.remove(cur->revision);
+      finish_ack(meta->Stream, seq, reply, cur->revision);
       return std::nullopt;
     }
+    // No lease, yet delivered before: its lease went with an ack or a move to
+    // the dead letters, which remove the lease only once the message is gone
+    // from the stream (finish_ack, DeadLetters::finish); this delivery was on
+    // its way before. Look: a message that is gone is passed over.
+    if (!cur && meta->NumDelivered > 1 && !present(meta->Stream, seq)) return std::nullopt;
     if (cur && prev.state == Lease::Dead) {
       // Decided by another that did not finish the move: finish it.
       dead_.finish(queue, msg, seq, prev, cur->revision, reply);
@@ -80,6 +87,41 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     return m;
   }
   return std::nullopt;  // others kept changing the lease: leave the message to them
+}
+
+bool LeaseBook::present(const std::string& stream, std::uint64_t seq) {
+  natsMsg* raw = nullptr;
+  jsErrCode code{};
+  natsStatus s = client_.retry(
+      "reading message " + store::message_id(seq),
+      [&](jsErrCode* err) {
+        natsMsg_Destroy(raw);
+        raw = nullptr;
+        return js_GetMsg(&raw, client_.js(), stream.c_str(), seq, nullptr, err);
+      },
+      &code);
+  MsgPtr msg(raw);
+  if (s == NATS_NOT_FOUND || code == static_cast<jsErrCode>(10037)) return false;
+  if (s != NATS_OK) client_.fail("reading message " + store::message_id(seq), s, code);
+  return true;
+}
+
+void LeaseBook::finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
+                           std::uint64_t revision) {
+  try {
+    client_.request(reply, "+ACK");
+    // The stream drops an acked message of a work queue as the ack is
+    // applied; wait (briefly) until its leader no longer has it.
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      if (!present(stream, seq)) {
+        client_.remove(revision);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 50)));
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Busy) throw;
+  }
 }
 
 // Moves JetStream's redelivery of a pending message to now + delay. Once

@@ -45,6 +45,14 @@ class LeaseBook {
   // Moves JetStream's redelivery of a pending message to now + delay; a
   // cluster that does not answer is no failure (the lease rules).
   void rearm(const std::string& reply, Millis delay);
+  // After the CAS to acked: +ACK, and once the message is gone from `stream`,
+  // the lease (at `revision`) is removed. Until then the acked lease stays
+  // (a receive that meets it finishes the ack): a lease is never missing
+  // while its message is still there, so a receive that finds no lease for a
+  // redelivery knows the message is gone. A cluster that does not answer is
+  // no failure (the ack stands).
+  void finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
+                  std::uint64_t revision);
   // Uniform in [0, 1), for backoff jitter.
   double unit() { return static_cast<double>(random_() >> 11) * 0x1.0p-53; }
 
@@ -52,6 +60,7 @@ class LeaseBook {
   Client& client_;
   const Clock& clock_;
   DeadLetters& dead_;
+  bool present(const std::string& stream, std::uint64_t seq);
   std::mt19937_64 random_;
 };
 
