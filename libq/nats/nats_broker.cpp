@@ -41,11 +41,15 @@ using json = nlohmann::json;
 constexpr const char* kConsumer = "q";
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
+// `what` names a feature, or a whole command as "q NAME" (the CLI already
+// starts its message with that, so it is not said twice).
 [[noreturn]] void not_yet(const char* what) {
+  std::string_view w(what);
+  std::string prefix = w.rfind("q ", 0) == 0 ? "" : fmt::format("{}: ", w);
   throw Error(ErrorKind::Usage,
-              fmt::format("{}: not available on nats:// locations yet (issue 16; see "
+              fmt::format("{}not available on nats:// locations yet (issue 16; see "
                           "ARCHITECTURE.md, Distributed backend)",
-                          what));
+                          prefix));
 }
 
 [[noreturn]] void no_such_queue(const std::string& queue) {
