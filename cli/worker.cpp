@@ -241,19 +241,31 @@ class Worker {
 
   bool max_reached() const { return o_.max_messages && taken_ >= *o_.max_messages; }
 
-  std::uint64_t capacity(Millis now) const {
-    if (stopping_ || max_reached() || busy() >= o_.concurrency) return 0;
-    std::uint64_t n = o_.concurrency - busy();
+  // How many messages to take now; `acking` of the ended jobs are acked in
+  // the same round and leave room.
+  std::uint64_t capacity(Millis now, std::size_t acking = 0) const {
+    std::size_t busy_after = busy() - acking;
+    if (stopping_ || max_reached() || busy_after >= o_.concurrency) return 0;
+    std::uint64_t n = o_.concurrency - busy_after;
     if (o_.max_messages) n = std::min(n, *o_.max_messages - taken_);
     return std::min(n, local_rate_.allows(now));
   }
 
   bool queue_has_visible() { return broker_.next_delivery(o_.queue, false) <= clock_.now(); }
 
+  // One round, one write transaction: acks every plain success (and idempotent
+  // repeat) that ended since the last round and takes as many messages as
+  // there will be room for, then starts their commands. Returns true when it
+  // acked or took anything (there may be more right away).
   bool take_messages(Millis now) {
-    auto n = capacity(now);
-    if (n == 0) return false;
-    if (broker_.next_delivery(o_.queue, true) > clock_.now()) return false;
+    std::vector<std::string> acks;
+    for (const auto& job : exited_)
+      if (acks_together(job)) acks.push_back(job.message.receipt);
+    // The jobs acked now make room in this very round.
+    auto n = capacity(now, acks.size());
+    if (n == 0 && acks.empty()) return false;
+    // Nothing to ack and nothing ready: look without the writer lock.
+    if (acks.empty() && broker_.next_delivery(o_.queue, true) > clock_.now()) return false;
     q::ReceiveOptions options;
     options.max_messages = static_cast<std::uint32_t>(n);
     options.visibility_timeout = visibility_;
@@ -264,9 +276,17 @@ class Worker {
     options.holder = self;
     options.holder_pid = static_cast<std::uint32_t>(::getpid());
     options.worker_since = registered_since_;
-    std::vector<q::Message> messages;
-    if (!with_lock([&] { messages = broker_.receive(o_.queue, options); })) return false;
-    for (auto& m : messages) {
+    work::OutcomePolicy::Round round;
+    if (!with_lock([&] { round = policy_->ack_and_take(acks, options); })) return false;
+    if (!acks.empty()) {
+      for (const auto& line : round.notes) progress_.note(line);
+      for (const auto& job : exited_)
+        if (acks_together(job)) count(job.skip ? work::Tally::Skipped : work::Tally::Done);
+      exited_.erase(std::remove_if(exited_.begin(), exited_.end(),
+                                   [&](const Job& job) { return acks_together(job); }),
+                    exited_.end());
+    }
+    for (auto& m : round.taken) {
       if (adopt_redelivery(m)) continue;
       ++taken_;
       local_rate_.take(now);
@@ -275,13 +295,12 @@ class Worker {
         Job skipped;
         skipped.message = std::move(m);
         skipped.skip = true;
-        exited_.push_back(std::move(skipped));
+        exited_.push_back(std::move(skipped));  // acked by the next round
         continue;
       }
       start(std::move(m), std::move(key), now);
     }
-    settle_exited();
-    return !messages.empty();
+    return !acks.empty() || !round.taken.empty();
   }
 
   // A message this runner still runs (or has yet to settle) came back: its
@@ -335,7 +354,7 @@ class Worker {
     job.message = std::move(m);
     job.key = std::move(key);
     job.next_heartbeat = now + heartbeat_every_;  // the lease counts from the receive
-    // The timeout counts from the fork: not from before a wait for the lock.
+    // The timeout counts from the start: not from before a wait for the lock.
     if (o_.timeout) job.deadline = job.child.forked + *o_.timeout;
     pid_t pid = job.child.pid;
     jobs_.emplace(pid, std::move(job));
@@ -404,33 +423,23 @@ class Worker {
     return job.skip || policy_->plain_ack(job.ending, job.key);
   }
 
-  // Records the outcome of every ended command (and acks idempotent repeats):
-  // plain acks share one transaction. What meets a busy writer lock stays in
-  // exited_ for the next turn.
+  // Records the outcome of every ended command that is not a plain ack (those
+  // are acked by the next round, take_messages), one transaction each. What
+  // meets a busy writer lock stays in exited_ for the next turn.
   void settle_exited() {
-    if (exited_.empty()) return;
-    std::vector<std::string> acks;
-    for (const auto& job : exited_)
-      if (acks_together(job)) acks.push_back(job.message.receipt);
-    if (!acks.empty()) {
-      std::vector<std::string> notes;
-      if (!with_lock([&] { notes = policy_->ack_all(acks); })) return;
-      for (const auto& line : notes) progress_.note(line);
-      for (const auto& job : exited_)
-        if (acks_together(job)) count(job.skip ? work::Tally::Skipped : work::Tally::Done);
-      exited_.erase(std::remove_if(exited_.begin(), exited_.end(),
-                                   [&](const Job& job) { return acks_together(job); }),
-                    exited_.end());
-    }
-    while (!exited_.empty()) {
-      const Job& job = exited_.front();
+    for (auto it = exited_.begin(); it != exited_.end();) {
+      if (acks_together(*it)) {
+        ++it;
+        continue;
+      }
+      const Job& job = *it;
       work::Settled settled;
       if (!with_lock([&] { settled = policy_->settle(job.message, job.key, job.ending); })) return;
       count(settled.tally);
       if (!settled.note.empty()) progress_.note(settled.note);
       if (settled.tally == work::Tally::Failed || settled.tally == work::Tally::DeadLettered)
         count_failure(work::judge(job.ending, policy_->options()).what);
-      exited_.pop_front();
+      it = exited_.erase(it);
     }
   }
 

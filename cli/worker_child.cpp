@@ -1,6 +1,7 @@
 #include "worker_child.hpp"
 
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -35,31 +36,46 @@ int stop_signals() { return cli::stop_signals(); }
 
 namespace {
 
-// In the child, before exec: every signal q work handles (or ignores on its
-// own account: SIGPIPE, SIGXFSZ) back to its default, then an empty mask, so
-// a signal that arrived since the fork (blocked until now) takes its default
+// The signals a child sets back to their default before its exec: every
+// signal q work handles (or ignores on its own account: SIGPIPE, SIGXFSZ), so
+// that one arriving since the clone (blocked until then) takes its default
 // action instead of running q work's handler in the child and being lost.
-// Signals ignored by whoever started q work stay ignored (nohup). Only
-// async-signal-safe calls.
-void reset_signals_in_child() {
-  for (int signo = 1; signo < NSIG; ++signo) {
-    if (signo == SIGKILL || signo == SIGSTOP) continue;
-    struct sigaction current {};
-    if (sigaction(signo, nullptr, &current) != 0) continue;  // glibc's own signals
-    bool ours = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
-    if (ours || signo == SIGPIPE || signo == SIGXFSZ) {
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      sigaction(signo, &dfl, nullptr);
+// Signals ignored by whoever started q work stay ignored (nohup). Looked up
+// once, in q work (its handlers are set before the first command starts):
+// the child, which runs while q work waits, makes a few calls instead of two
+// per signal.
+const sigset_t& signals_to_reset() {
+  static const sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    for (int signo = 1; signo < NSIG; ++signo) {
+      if (signo == SIGKILL || signo == SIGSTOP) continue;
+      struct sigaction current {};
+      if (sigaction(signo, nullptr, &current) != 0) continue;  // glibc's own signals
+      bool ours = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+      if (ours || signo == SIGPIPE || signo == SIGXFSZ) sigaddset(&s, signo);
     }
-  }
+    return s;
+  }();
+  return set;
+}
+
+// In the child, before exec: those signals to their default, then an empty
+// mask. Only async-signal-safe calls. Not instrumented in a sanitizer build
+// (Q_SANITIZE), like the rest of the child: it runs on a stack of its own
+// that AddressSanitizer does not know.
+__attribute__((no_sanitize_address)) void reset_signals_in_child(const sigset_t& reset) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int signo = 1; signo < NSIG; ++signo)
+    if (sigismember(&reset, signo) == 1) sigaction(signo, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-// Blocks every signal from before a fork until the parent's side is done,
+// Blocks every signal from before the clone until the parent's side is done,
 // so that none reaches the child before reset_signals_in_child.
 class SignalsBlocked {
  public:
@@ -177,26 +193,63 @@ std::vector<std::string> environment(const q::Message& m, const std::string& que
 
 namespace {
 
-// Waits for the exec (the pipe closes) or its failure (the errno arrives);
-// the child does nothing that can block before either.
-int exec_result(int fd) {
-  int why = 0;
-  for (;;) {
-    ssize_t n = ::read(fd, &why, sizeof why);
-    if (n < 0 && errno == EINTR) continue;
-    return n == static_cast<ssize_t>(sizeof why) ? why : 0;
-  }
+// What the child of spawn needs, in memory it shares with q work until its exec.
+struct Exec {
+  const char* path;
+  char** argv;
+  char** envp;
+  int body_fd, stdout_fd, stderr_fd;
+  pid_t parent;
+  const sigset_t* reset;
+  int exec_errno;  // set by the child when execve failed
+};
+
+// The child, on its own stack in q work's memory (CLONE_VM) while q work is
+// suspended (CLONE_VFORK): only async-signal-safe calls, nothing that
+// allocates or takes a lock, no LMDB; it ends in execve or _exit.
+__attribute__((no_sanitize_address)) int exec_child(void* arg) {
+  auto* e = static_cast<Exec*>(arg);
+  setpgid(0, 0);                     // our own group: a terminal's Ctrl-C is for q work to handle
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
+  if (getppid() != e->parent) _exit(127);
+  reset_signals_in_child(*e->reset);
+  dup2(e->body_fd, STDIN_FILENO);
+  if (e->stdout_fd >= 0) dup2(e->stdout_fd, STDOUT_FILENO);
+  dup2(e->stderr_fd, STDERR_FILENO);
+  execve(e->path, e->argv, e->envp);
+  e->exec_errno = errno;  // q work reads it once this child has exited
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+// The child's stack, made once: q work starts one command at a time and
+// resumes only when the previous child has exec'd or exited.
+constexpr std::size_t kChildStack = 256 * 1024;
+char* child_stack_top() {
+  static char* top = [] {
+    void* stack = mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+      throw q::Error(q::ErrorKind::Io,
+                     fmt::format("cannot start command: {}", std::strerror(errno)));
+    return static_cast<char*>(stack) + kChildStack;
+  }();
+  return top;
 }
 
 }  // namespace
 
+// Started like posix_spawn does it, not by fork: clone with CLONE_VM and
+// CLONE_VFORK shares q work's memory until the exec, so no page tables are
+// copied and no page of q work (its LMDB map included) becomes copy-on-write;
+// a fork per message cost more than the command's own start. posix_spawn
+// itself cannot set PR_SET_PDEATHSIG.
 Child spawn(const std::string& program, const std::vector<std::string>& args,
             const std::vector<std::string>& env, const std::string& body, int stdout_fd) {
   // The body goes through a memory file, so a command that never reads its
   // stdin cannot block us.
   int body_fd = memfd_create("q-body", MFD_CLOEXEC);
-  int err_pipe[2], exec_pipe[2];
-  if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 || ::pipe2(exec_pipe, O_CLOEXEC) != 0)
+  int err_pipe[2];
+  if (body_fd < 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
     throw q::Error(q::ErrorKind::Io, fmt::format("cannot start command: {}", std::strerror(errno)));
   if (!q::files::write_all(body_fd, body))
     throw q::Error(q::ErrorKind::Io, fmt::format("cannot pass the body: {}", std::strerror(errno)));
@@ -208,39 +261,27 @@ Child spawn(const std::string& program, const std::vector<std::string>& args,
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  pid_t parent = getpid();
+  Exec exec{argv[0],     argv.data(), envp.data(),         body_fd, stdout_fd,
+            err_pipe[1], getpid(),    &signals_to_reset(), 0};
+  char* stack = child_stack_top();
 
   pid_t pid;
   {
-    SignalsBlocked blocked;
-    pid = fork();
-    if (pid == 0) {
-      // Only async-signal-safe calls until exec; no LMDB here.
-      setpgid(0, 0);  // our own group: a terminal's Ctrl-C is for q work to handle
-      prctl(PR_SET_PDEATHSIG, SIGTERM);  // the runner died: stop, the message comes back
-      if (getppid() != parent) _exit(127);
-      reset_signals_in_child();
-      dup2(body_fd, STDIN_FILENO);
-      if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
-      dup2(err_pipe[1], STDERR_FILENO);
-      execve(argv[0], argv.data(), envp.data());
-      // Tell the parent why (the pipe closes unread on a successful exec).
-      int why = errno;
-      [[maybe_unused]] auto n = ::write(exec_pipe[1], &why, sizeof why);
-      _exit(why == ENOENT ? 127 : 126);
-    }
+    SignalsBlocked blocked;  // none reaches the child before reset_signals_in_child
+    pid = ::clone(exec_child, stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &exec);
   }
-  if (pid < 0)
-    throw q::Error(q::ErrorKind::Io, fmt::format("cannot fork: {}", std::strerror(errno)));
-  Child child;
-  child.forked = steady_now();
-  setpgid(pid, pid);
+  int clone_errno = errno;
   ::close(body_fd);
   ::close(err_pipe[1]);
-  ::close(exec_pipe[1]);
+  if (pid < 0) {
+    ::close(err_pipe[0]);
+    throw q::Error(q::ErrorKind::Io,
+                   fmt::format("cannot start command: {}", std::strerror(clone_errno)));
+  }
+  Child child;
+  child.forked = steady_now();
   fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-  child.exec_errno = exec_result(exec_pipe[0]);
-  ::close(exec_pipe[0]);
+  child.exec_errno = exec.exec_errno;
   child.pid = pid;
   child.stderr_fd = err_pipe[0];
   return child;

@@ -1,5 +1,5 @@
 // Starting and reaping the commands of `q work`: the signals that wake its
-// loop (through a self-pipe), the command's environment, the fork and exec
+// loop (through a self-pipe), the command's environment, the clone and exec
 // with its error report, the stderr pipe, and waitpid. No queue operations.
 #pragma once
 
@@ -39,13 +39,13 @@ struct Child {
   pid_t pid = -1;
   int stderr_fd = -1;    // non-blocking read end of the command's stderr
   int exec_errno = 0;    // the command could not be run at all
-  q::Millis forked = 0;  // steady clock
+  q::Millis forked = 0;  // steady clock: when it started
 };
 
 // Starts `program` (argv[0]) with `args` (argv[1..]) in its own process group,
 // `body` on its stdin through a memory file, its stderr on a pipe, and its
 // stdout on `stdout_fd` (-1: q work's own). Throws q::Error(Io) when it
-// cannot fork.
+// cannot start it.
 Child spawn(const std::string& program, const std::vector<std::string>& args,
             const std::vector<std::string>& env, const std::string& body, int stdout_fd = -1);
 

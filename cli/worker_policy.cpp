@@ -118,11 +118,15 @@ std::vector<q::OutgoingMessage> stage_messages(const q::Message& source, const s
   return messages;
 }
 
-std::vector<std::string> OutcomePolicy::ack_all(const std::vector<std::string>& receipts) {
-  std::vector<std::string> notes;
-  for (const auto& result : broker_.ack(o_.queue, receipts))
-    if (result.outcome != q::ReceiptOutcome::Done) notes.push_back(lease_lost_note(result.receipt));
-  return notes;
+OutcomePolicy::Round OutcomePolicy::ack_and_take(const std::vector<std::string>& receipts,
+                                                 const q::ReceiveOptions& take) {
+  auto result = broker_.ack_and_receive(o_.queue, receipts, take);
+  Round round;
+  for (const auto& acked : result.acked)
+    if (acked.outcome != q::ReceiptOutcome::Done)
+      round.notes.push_back(lease_lost_note(acked.receipt));
+  round.taken = std::move(result.received);
+  return round;
 }
 
 Settled OutcomePolicy::settle(const q::Message& m, const std::string& key, const Ending& ending) {

@@ -87,10 +87,16 @@ class OutcomePolicy {
   // others (exit 0 without an idempotency key to record).
   bool plain_ack(const Ending& ending, const std::string& key) const;
 
-  // Acks plain successes and idempotent repeats, all in one transaction;
-  // returns a note for each receipt whose lease was lost before the ack.
-  // Throws q::Error(Busy) when the writer lock was not granted (nothing acked).
-  std::vector<std::string> ack_all(const std::vector<std::string>& receipts);
+  // One round: acks plain successes and idempotent repeats (a note for each
+  // receipt whose lease was lost before the ack) and receives per `take` (no
+  // messages when take.max_messages is 0), in one transaction
+  // (Broker::ack_and_receive). Throws q::Error(Busy) when the writer lock was
+  // not granted (nothing acked, nothing taken).
+  struct Round {
+    std::vector<std::string> notes;
+    std::vector<q::Message> taken;
+  };
+  Round ack_and_take(const std::vector<std::string>& receipts, const q::ReceiveOptions& take);
 
   // Records one ended command's outcome. Throws q::Error(Busy) (nothing
   // recorded) and the queue's own errors; a stale receipt is an outcome.

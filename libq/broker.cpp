@@ -175,6 +175,26 @@ AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& 
   return do_ack_and_send(queue, receipt, to, std::move(messages), options);
 }
 
+AckReceiveResult Broker::ack_and_receive(const std::string& queue,
+                                         const std::vector<std::string>& receipts,
+                                         const ReceiveOptions& options) {
+  check_queue_name(queue);
+  check_receive(options);
+  if (options.wait != 0)
+    throw Error(ErrorKind::Usage,
+                fmt::format("queue {}: ack_and_receive never waits (wait must be 0)", queue));
+  return do_ack_and_receive(queue, receipts, options);
+}
+
+AckReceiveResult Broker::do_ack_and_receive(const std::string& queue,
+                                            const std::vector<std::string>& receipts,
+                                            const ReceiveOptions& options) {
+  AckReceiveResult result;
+  if (!receipts.empty()) result.acked = do_ack(queue, receipts);
+  if (options.max_messages > 0) result.received = do_receive(queue, options);
+  return result;
+}
+
 ReceiptOutcome Broker::ack_done(const std::string& queue, const std::string& receipt,
                                 const std::string& key, Millis keep) {
   check_queue_name(queue);

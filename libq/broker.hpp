@@ -232,6 +232,13 @@ struct AckSendResult {
   std::vector<SendResult> sent;  // empty unless the ack was done
 };
 
+// One round of a consumer (q work): the acks of what finished and the next
+// messages, from one write transaction.
+struct AckReceiveResult {
+  std::vector<ReceiptResult> acked;  // one per receipt, in order
+  std::vector<Message> received;
+};
+
 struct NackOptions {
   Millis delay = 0;
   bool backoff = false;
@@ -295,6 +302,14 @@ class Broker {
   AckSendResult ack_and_send(const std::string& queue, const std::string& receipt,
                              const std::string& to, std::vector<OutgoingMessage> messages,
                              const SendOptions& options);
+  // One round of a consumer: acks `receipts` (as ack does, a stale or
+  // malformed receipt is an outcome) and receives up to
+  // options.max_messages (0: none) in one write transaction, so a runner pays
+  // one commit per round instead of one per ack and one per receive. It never
+  // waits (options.wait must be 0): the acks are not held back.
+  AckReceiveResult ack_and_receive(const std::string& queue,
+                                   const std::vector<std::string>& receipts,
+                                   const ReceiveOptions& options);
   // Idempotency records of consumers: ack_done acks and records `key` as done
   // until now + keep, in one transaction; is_done tells whether it is.
   ReceiptOutcome ack_done(const std::string& queue, const std::string& receipt,
@@ -370,6 +385,11 @@ class Broker {
                                         const std::string& to,
                                         std::vector<OutgoingMessage> messages,
                                         const SendOptions& options) = 0;
+  // Backends without a combined transaction may keep this default: do_ack,
+  // then do_receive (two transactions; the outcome is the same).
+  virtual AckReceiveResult do_ack_and_receive(const std::string& queue,
+                                              const std::vector<std::string>& receipts,
+                                              const ReceiveOptions& options);
   virtual ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
                                      const std::string& key, Millis keep) = 0;
   virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;

@@ -78,6 +78,16 @@ class LmdbBroker final : public Broker {
   std::vector<ReceiptResult> do_ack(const std::string& queue,
                                     const std::vector<std::string>& receipts) override;
 
+  // A receipt given twice is acked once and reported the same both times.
+  static std::vector<ReceiptResult> ack_each(QueueView& view,
+                                             const std::vector<std::string>& receipts);
+
+  // The acks first: an ack that frees a FIFO group lets this receive take
+  // the group's next message.
+  AckReceiveResult do_ack_and_receive(const std::string& queue,
+                                      const std::vector<std::string>& receipts,
+                                      const ReceiveOptions& options) override;
+
   Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) override;
 
   Millis do_nack(const std::string& queue, const std::string& receipt,
@@ -189,7 +199,11 @@ class LmdbBroker final : public Broker {
   // are counted as visible. Every write moves them, so this stays short.
   QueueStats queue_stats(Txn& txn, const std::string& name, const QueueRecord& rec, Millis now);
 
-  std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options);
+  // With `acks`, acks those receipts first in the same transaction (results
+  // into `acked`): ack_and_receive.
+  std::vector<Message> receive_now(const std::string& queue, const ReceiveOptions& options,
+                                   const std::vector<std::string>* acks = nullptr,
+                                   std::vector<ReceiptResult>* acked = nullptr);
 
   std::unique_ptr<store::Env> env_;
   SystemClock system_clock_;

@@ -77,11 +77,14 @@ std::unique_ptr<ChangeWatch> LmdbBroker::do_watch() {
 }
 
 std::vector<Message> LmdbBroker::receive_now(const std::string& queue,
-                                             const ReceiveOptions& options) {
+                                             const ReceiveOptions& options,
+                                             const std::vector<std::string>* acks,
+                                             std::vector<ReceiptResult>* acked) {
   Txn txn(*env_, Txn::Write);
   auto view = open(txn, queue);
   const std::string before = store::encode(view.rec);
   view.maintain();
+  if (acks) *acked = ack_each(view, *acks);
   const auto& config = view.rec.config;
   Millis timeout = options.visibility_timeout.value_or(config.visibility_timeout);
   std::uint64_t budget = options.rate_limited ? view.rate_allows() : UINT64_MAX;
@@ -155,8 +158,15 @@ std::vector<ReceiptResult> LmdbBroker::do_ack(const std::string& queue,
   Txn txn(*env_, Txn::Write);
   auto view = open(txn, queue);
   view.maintain();
+  auto results = ack_each(view, receipts);
+  view.save();
+  txn.commit();
+  return results;
+}
+
+std::vector<ReceiptResult> LmdbBroker::ack_each(QueueView& view,
+                                                const std::vector<std::string>& receipts) {
   std::vector<ReceiptResult> results;
-  // A receipt given twice is acked once and reported the same both times.
   std::unordered_map<std::string_view, std::size_t> first_result;
   for (const auto& receipt : receipts) {
     if (auto seen = first_result.find(receipt); seen != first_result.end()) {
@@ -166,9 +176,15 @@ std::vector<ReceiptResult> LmdbBroker::do_ack(const std::string& queue,
     first_result.emplace(receipt, results.size());
     results.push_back(ack_in(view, receipt));
   }
-  view.save();
-  txn.commit();
   return results;
+}
+
+AckReceiveResult LmdbBroker::do_ack_and_receive(const std::string& queue,
+                                                const std::vector<std::string>& receipts,
+                                                const ReceiveOptions& options) {
+  AckReceiveResult result;
+  result.received = receive_now(queue, options, &receipts, &result.acked);
+  return result;
 }
 
 AckSendResult LmdbBroker::do_ack_and_send(const std::string& queue, const std::string& receipt,

@@ -138,8 +138,10 @@ TEST_F(WorkerPolicyTest, AStaleReceiptIsAnOutcomeNotAnException) {
   settled = policy_->settle(m, "", {exited(0)});
   EXPECT_EQ(settled.tally, Tally::Done);
   EXPECT_EQ(settled.note, lease_lost_note(m.receipt));
-  auto notes = policy_->ack_all({m.receipt});
-  EXPECT_EQ(notes, std::vector<std::string>{lease_lost_note(m.receipt)});
+  q::ReceiveOptions none;
+  none.max_messages = 0;
+  auto round = policy_->ack_and_take({m.receipt}, none);
+  EXPECT_EQ(round.notes, std::vector<std::string>{lease_lost_note(m.receipt)});
 }
 
 TEST_F(WorkerPolicyTest, HeartbeatExtendsOrReportsALostLease) {
@@ -165,9 +167,15 @@ TEST_F(WorkerPolicyTest, AnIdempotencyKeyIsRememberedForTheWindow) {
   EXPECT_FALSE(broker_->is_done("jobs", "order-7"));
 }
 
-TEST_F(WorkerPolicyTest, PlainAcksShareOneCall) {
+TEST_F(WorkerPolicyTest, PlainAcksAndTheNextMessagesShareOneRound) {
   auto a = take("a"), b = take("b");
-  EXPECT_TRUE(policy_->ack_all({a.receipt, b.receipt}).empty());
+  broker_->send("jobs", {{"c", {}, ""}}, {});
+  q::ReceiveOptions next;
+  next.max_messages = 2;
+  auto round = policy_->ack_and_take({a.receipt, b.receipt}, next);
+  EXPECT_TRUE(round.notes.empty());
+  ASSERT_EQ(round.taken.size(), 1u);
+  EXPECT_EQ(round.taken[0].body, "c");
   EXPECT_EQ(broker_->stats("jobs").at(0).counters.acked, 2u);
 }
 

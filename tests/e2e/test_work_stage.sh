@@ -1,6 +1,7 @@
 # q work SRC --to DST: a stage whose output is sent in the transaction that
 # acks the source message (issue 14 item 2).
 source "$(dirname "$0")/lib.sh" "$@"
+nats_lacks stage && skip "on NATS: q work --to (ack and send in one step) is not there yet"
 
 "$Q" create src --visibility-timeout 5s --max-receives 10 || die "create src"
 "$Q" create dst || die "create dst"
@@ -43,7 +44,8 @@ assert_eq 0 "$(stat_field dst visible)" "exit 65 sends nothing"
 "$Q" send src flaky >/dev/null
 assert_exit 4 "$Q" work src --to dst --max-messages 1 -q -- sh -c 'echo partial; exit 3'
 assert_eq 0 "$(stat_field dst visible)" "a failed run sends nothing"
-assert_eq 1 "$(( $(stat_field src visible) + $(stat_field src delayed) ))" "a failed run is released"
+# One stats call: between two, its backoff may end (delayed, then visible).
+assert_eq 1 "$(stats_json src | jq -r '.visible + .delayed')" "a failed run is released"
 "$Q" purge src >/dev/null
 
 # ---- a stale receipt at the ack: nothing is sent --------------------------------------
