@@ -15,9 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "nats_client.hpp"
+#include "nats_delay.hpp"
+#include "nats_done.hpp"
+#include "nats_groups.hpp"
 #include "nats_leases.hpp"
 #include "nats_records.hpp"
 #include "nats_send.hpp"
+#include "nats_watch.hpp"
+#include "sha256.hpp"
 #include "records.hpp"
 #include "rules.hpp"
 #include "timefmt.hpp"
@@ -54,13 +59,13 @@ class NatsBroker final : public Broker {
   NatsBroker(const nats::Location& location, Millis timeout, const Clock* clock)
       : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
     replicas_ = std::min(3, client_.cluster_size());
+    leases_.use_groups(&groups_);
     client_.open_bucket("q_" + location.ns, replicas_);
   }
 
   // ---- queues ---------------------------------------------------------------
 
   bool do_create_queue(const std::string& queue, const ConfigChange& change) override {
-    if (change.fifo && *change.fifo) not_yet("FIFO queues (--fifo)");
     QueueConfig config = apply(QueueConfig{}, change);
     for (int attempt = 0; attempt < 5; ++attempt) {
       if (auto have = load(queue)) {
@@ -111,6 +116,8 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK && code != kStreamNotFound) client_.fail("deleting queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    client_.purge(nats::Groups::wait_prefix(queue) + "*");
+    client_.purge(nats::DoneBook::prefix(queue) + "*");
     return counts;
   }
 
@@ -135,10 +142,12 @@ class NatsBroker final : public Broker {
     }
     if (!have) no_such_queue(queue);
     const QueueConfig& config = have->config;
-    if (config.fifo) not_yet("sending to a FIFO queue");
     check_send_against(queue, config, messages, options);
-    if (options.at || (options.delay && *options.delay > 0) || (!options.delay && config.delay > 0))
-      not_yet("delayed messages (--delay, --at, a queue's delay)");
+    if (config.content_dedup)
+      for (auto& m : messages)
+        if (m.dedup_id.empty()) m.dedup_id = sha256_hex(m.body);
+    Millis now = clock_->now();
+    Millis visible_at = nats::send_visible_at(queue, config, options, now);
     std::size_t max_payload = static_cast<std::size_t>(natsConnection_GetMaxPayload(client_.nc()));
     std::size_t index = 0;
     for (const auto& m : messages) {
@@ -160,7 +169,16 @@ class NatsBroker final : public Broker {
                                 "fit, nothing was sent",
                                 queue, depth, config.max_depth, messages.size()));
     }
-    return nats::Publisher(client_, names_, *clock_).publish(queue, config, messages);
+    nats::Publisher publisher(client_, names_, *clock_);
+    if (visible_at > now) publisher.visible_at(visible_at);
+    auto results = publisher.publish(queue, config, messages);
+    if (visible_at > now) {
+      std::vector<std::uint64_t> seqs;
+      for (const auto& r : results)
+        if (!r.duplicate) seqs.push_back(*store::parse_message_id(r.id));
+      nats::mark_delayed(client_, queue, seqs, visible_at);
+    }
+    return results;
   }
 
   // ---- receive and the lease records ------------------------------------------
@@ -168,7 +186,6 @@ class NatsBroker final : public Broker {
   std::vector<Message> do_receive(const std::string& queue,
                                   const ReceiveOptions& options) override {
     StoredQueue have = must_load(queue);
-    if (have.config.fifo) not_yet("receiving from a FIFO queue");
     if (options.rate_limited && have.config.rate > 0) not_yet("a queue's shared --rate");
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
@@ -182,6 +199,10 @@ class NatsBroker final : public Broker {
                         std::max<Millis>(left, 0));
       for (auto& msg : batch)
         if (auto m = leases_.take(queue, msg.get(), vt, ack_wait)) got.push_back(std::move(*m));
+      if (got.size() >= options.max_messages) return got;
+      // Deliveries passed over (delayed, their group held): what is behind
+      // them may be visible; pull again.
+      if (!batch.empty()) continue;
       if (!got.empty() || left <= 0) return got;
     }
   }
@@ -200,7 +221,6 @@ class NatsBroker final : public Broker {
       ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
       try {
         auto [seq, lease, revision] = leases_.current(queue, receipt);
-        (void)seq;
         Lease acked = lease;
         acked.state = Lease::Acked;
         auto rev = leases_.change(queue, receipt, seq, acked, revision);
@@ -209,6 +229,14 @@ class NatsBroker final : public Broker {
         // the cluster does not answer, the ack stands all the same.
         try {
           client_.request(lease.reply, "+ACK");
+          // The lease goes only once the stream dropped the message: a
+          // delivery sent before the ack then finds `a`, or no message
+          // (nats_leases.cpp, take), never a free message to lease again.
+          groups_.settle_ack(queue, seq);
+          // FIFO: the group's next message, passed over while this one was
+          // its head, goes back to JetStream now (before the lease goes, so
+          // a receive meanwhile still sees this message acked).
+          if (!lease.group.empty()) groups_.wake_next(queue, lease.group, seq);
           client_.remove(rev);
         } catch (const Error& e) {
           if (e.kind() != ErrorKind::Busy) throw;
@@ -283,6 +311,7 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK) client_.fail("purging queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    client_.purge(nats::Groups::wait_prefix(queue) + "*");
     return removed;
   }
 
@@ -296,15 +325,46 @@ class NatsBroker final : public Broker {
                                 std::vector<OutgoingMessage>, const SendOptions&) override {
     not_yet("q work --to (ack and send)");
   }
-  ReceiptOutcome do_ack_done(const std::string&, const std::string&, const std::string&,
-                             Millis) override {
-    not_yet("idempotency keys (q work)");
+  ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
+                             const std::string& key, Millis keep) override {
+    must_load(queue);
+    // The key first: a crash between the two leaves the work recorded done
+    // (its redelivery is skipped), as a stale receipt does on a file.
+    done_.record(queue, key, clock_->now() + keep);
+    auto result = do_ack(queue, {receipt}).at(0);
+    if (result.outcome == ReceiptOutcome::Malformed)
+      throw Error(ErrorKind::InvalidData, result.detail);
+    return result.outcome;
   }
-  bool do_is_done(const std::string&, const std::string&) override {
-    not_yet("idempotency keys (q work)");
+  bool do_is_done(const std::string& queue, const std::string& key) override {
+    must_load(queue);
+    return done_.is_done(queue, key, clock_->now());
   }
-  Millis do_next_delivery(const std::string&, bool) override { not_yet("q work"); }
-  std::unique_ptr<ChangeWatch> do_watch() override { not_yet("watching for changes"); }
+  Millis do_next_delivery(const std::string& queue, bool) override {
+    StoredQueue have = must_load(queue);
+    jsStreamState state = stream_state(queue);
+    if (state.Msgs == 0) return INT64_MAX;
+    Millis now = clock_->now();
+    std::uint64_t held = 0;
+    Millis earliest = INT64_MAX;
+    client_.each(Names::lease_prefix(queue) + "*", [&](const std::string& key, const Record& r) {
+      std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
+      if (seq < state.FirstSeq) return;
+      Lease l = Lease::decode(r.value);
+      if (l.state == Lease::Acked || l.until > now) {
+        ++held;
+        if (l.state != Lease::Acked) earliest = std::min(earliest, l.until);
+      }
+    });
+    // A FIFO queue delivers group heads: a group is free when no lease in the
+    // future holds it (a delayed message behind its head counts too: that
+    // answers later than could be, never earlier).
+    std::uint64_t ready =
+        have.config.fifo ? static_cast<std::uint64_t>(state.NumSubjects) : state.Msgs;
+    if (ready > held) return INT64_MIN;
+    return earliest;
+  }
+  std::unique_ptr<ChangeWatch> do_watch() override;
   std::vector<Message> do_peek(const std::string&, std::size_t) override { not_yet("q peek"); }
   std::vector<Message> do_dead_letters(const std::string&, std::size_t) override {
     not_yet("dead letters");
@@ -336,8 +396,10 @@ class NatsBroker final : public Broker {
   std::optional<Message> do_show(const std::string&, const std::string&) override {
     not_yet("q show");
   }
-  void do_register_worker(std::uint32_t, Millis, const std::string&) override { not_yet("q work"); }
-  void do_unregister_worker(std::uint32_t, Millis) override { not_yet("q work"); }
+  // The registry names q work's command line in a delivery's attempt
+  // history (q show); nats:// keeps no attempt history, so nothing to name.
+  void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
+  void do_unregister_worker(std::uint32_t, Millis) override {}
   void do_backup(const std::string&) override { not_yet("q backup"); }
   std::vector<std::string> do_verify() override { not_yet("q verify"); }
 
@@ -348,6 +410,8 @@ class NatsBroker final : public Broker {
   const Clock* clock_;
   int replicas_ = 1;
   nats::LeaseBook leases_{client_, *clock_};
+  nats::Groups groups_{client_, names_};
+  nats::DoneBook done_{client_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));
@@ -370,7 +434,8 @@ class NatsBroker final : public Broker {
 
   void ensure_stream(const std::string& queue, const QueueConfig& c, bool create) {
     std::string name = names_.stream(queue);
-    std::string subj = names_.subject(queue);
+    // A FIFO queue: one subject per message group (nats_groups.hpp).
+    std::string subj = c.fifo ? groups_.filter(queue) : names_.subject(queue);
     const char* subjects[] = {subj.c_str()};
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
@@ -520,9 +585,17 @@ class NatsBroker final : public Broker {
     st.visible = state.Msgs - st.in_flight - st.delayed;
     if (state.Msgs > 0) st.oldest_age = std::max<Millis>(0, now - state.FirstTime / kNs);
     st.counters.sent = state.LastSeq;
+    if (have.config.fifo) {
+      // Groups with messages: the group subjects in the stream. Only heads
+      // are leased, so the messages in flight are the held groups.
+      st.groups = static_cast<std::uint64_t>(state.NumSubjects);
+      st.held_groups = st.in_flight;
+    }
     return st;
   }
 };
+
+std::unique_ptr<ChangeWatch> NatsBroker::do_watch() { return nats::watch(client_, names_.ns); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nats_delay.hpp"
 #include "records.hpp"
 
 namespace q::nats {
@@ -22,11 +23,28 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
   std::uint64_t seq = meta->Sequence.Stream;
   std::string reply = natsMsg_GetReply(msg) ? natsMsg_GetReply(msg) : "";
   std::string key = Names::lease_key(queue, seq);
+  std::string group = header(msg, "Q-Group");
+  if (!group.empty() && groups_ &&
+      !groups_->admit(queue, natsMsg_GetSubject(msg), seq, reply, clock_.now(), ack_wait))
+    return std::nullopt;
   for (int attempt = 0; attempt < 3; ++attempt) {
     Millis now = clock_.now();
     auto cur = client_.get(key);
     Lease prev;
     if (cur) prev = Lease::decode(cur->value);
+    if (!cur) {
+      // Delayed at its send (nats_delay.hpp), and the send's lease record is
+      // not there (yet): write it from the header, as the send would have.
+      if (Millis at = header_visible_at(msg); at > now) {
+        if (!client_.put_if(key, delayed_lease(at).encode(), 0)) continue;
+        client_.request(reply, nak_body(at - now));
+        return std::nullopt;
+      }
+      // A redelivery with no lease: its message may have been acked (and its
+      // lease removed) since JetStream sent it; an ack removes the lease only
+      // once the stream's leader dropped the message, so ask the leader.
+      if (meta->NumDelivered > 1 && groups_ && !groups_->present(queue, seq)) return std::nullopt;
+    }
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
       client_.request(reply, "+ACK");
@@ -45,10 +63,11 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     while (l.nonce == 0);
     l.until = now + vt;
     l.received_at = now;
-    l.first_received_at = cur ? prev.first_received_at : now;
+    l.first_received_at = cur && prev.receives > 0 ? prev.first_received_at : now;
     l.receives = (cur ? prev.receives : 0) + 1;
     l.reply = reply;
     l.reason = prev.reason;
+    if (!group.empty()) l.group = natsMsg_GetSubject(msg);
     if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
     if (vt != ack_wait) client_.request(reply, nak_body(vt));
     Message m;
@@ -58,6 +77,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (auto a = header(msg, "Q-Attrs"); !a.empty())
       for (const auto& kv : json::parse(a)) m.attributes.emplace_back(kv.at(0), kv.at(1));
     if (auto d = header(msg, "Q-Dedup"); !d.empty()) m.dedup_id = json::parse(d);
+    if (!group.empty()) m.group = json::parse(group);
     if (auto t = header(msg, "Q-Sent-At"); !t.empty()) m.sent_at = std::stoll(t);
     m.receive_count = l.receives;
     m.state = MessageState::InFlight;

@@ -10,6 +10,7 @@
 
 #include "broker.hpp"
 #include "nats_client.hpp"
+#include "nats_groups.hpp"
 #include "nats_records.hpp"
 
 namespace q::nats {
@@ -38,6 +39,9 @@ class LeaseBook {
   // Moves JetStream's redelivery of a pending message to now + delay; a
   // cluster that does not answer is no failure (the lease rules).
   void rearm(const std::string& reply, Millis delay);
+  // FIFO queues: deliveries of a group's message other than its head are
+  // passed over (nats_groups.hpp).
+  void use_groups(Groups* groups) { groups_ = groups; }
   // Uniform in [0, 1), for backoff jitter.
   double unit() { return static_cast<double>(random_() >> 11) * 0x1.0p-53; }
 
@@ -45,6 +49,7 @@ class LeaseBook {
   Client& client_;
   const Clock& clock_;
   std::mt19937_64 random_;
+  Groups* groups_ = nullptr;
 };
 
 }  // namespace q::nats
