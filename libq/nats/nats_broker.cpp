@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "nats_done.hpp"
 #include "nats_groups.hpp"
 #include "nats_leases.hpp"
+#include "nats_rate.hpp"
 #include "nats_records.hpp"
 #include "nats_send.hpp"
 #include "nats_watch.hpp"
@@ -118,6 +120,7 @@ class NatsBroker final : public Broker {
     client_.purge(Names::lease_prefix(queue) + "*");
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
     client_.purge(nats::DoneBook::prefix(queue) + "*");
+    client_.purge(nats::RateBudget::key(queue));
     return counts;
   }
 
@@ -186,25 +189,40 @@ class NatsBroker final : public Broker {
   std::vector<Message> do_receive(const std::string& queue,
                                   const ReceiveOptions& options) override {
     StoredQueue have = must_load(queue);
-    if (options.rate_limited && have.config.rate > 0) not_yet("a queue's shared --rate");
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
     auto start = std::chrono::steady_clock::now();
+    auto left = [&] {
+      return options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+    };
+    // The queue's shared rate (nats_rate.hpp): starts are taken before the
+    // pull, and those not used given back after it.
+    std::uint64_t want = options.max_messages;
+    const bool rated = options.rate_limited && have.config.rate > 0;
+    if (rated) {
+      while ((want = rate_.take(queue, have.config.rate, options.max_messages)) == 0) {
+        Millis until = rate_.ready_at(queue, have.config.rate) - clock_->now();
+        if (left() <= 0) return got;
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::clamp<Millis>(until, 1, left())));
+      }
+    }
     for (;;) {
-      Millis left = options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::steady_clock::now() - start)
-                                       .count();
-      auto batch = pull(queue, static_cast<int>(options.max_messages - got.size()),
-                        std::max<Millis>(left, 0));
+      Millis wait = left();
+      auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0));
       for (auto& msg : batch)
         if (auto m = leases_.take(queue, msg.get(), vt, ack_wait)) got.push_back(std::move(*m));
-      if (got.size() >= options.max_messages) return got;
+      if (got.size() >= want) break;
       // Deliveries passed over (delayed, their group held): what is behind
       // them may be visible; pull again.
       if (!batch.empty()) continue;
-      if (!got.empty() || left <= 0) return got;
+      if (!got.empty() || wait <= 0) break;
     }
+    if (rated) rate_.give_back(queue, have.config.rate, want - got.size());
+    return got;
   }
 
   std::vector<ReceiptResult> do_ack(const std::string& queue,
@@ -340,7 +358,7 @@ class NatsBroker final : public Broker {
     must_load(queue);
     return done_.is_done(queue, key, clock_->now());
   }
-  Millis do_next_delivery(const std::string& queue, bool) override {
+  Millis do_next_delivery(const std::string& queue, bool rate_limited) override {
     StoredQueue have = must_load(queue);
     jsStreamState state = stream_state(queue);
     if (state.Msgs == 0) return INT64_MAX;
@@ -361,8 +379,10 @@ class NatsBroker final : public Broker {
     // answers later than could be, never earlier).
     std::uint64_t ready =
         have.config.fifo ? static_cast<std::uint64_t>(state.NumSubjects) : state.Msgs;
-    if (ready > held) return INT64_MIN;
-    return earliest;
+    Millis next = ready > held ? INT64_MIN : earliest;
+    if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
+      next = std::max(next, rate_.ready_at(queue, have.config.rate));
+    return next;
   }
   std::unique_ptr<ChangeWatch> do_watch() override;
   std::vector<Message> do_peek(const std::string&, std::size_t) override { not_yet("q peek"); }
@@ -412,6 +432,7 @@ class NatsBroker final : public Broker {
   nats::LeaseBook leases_{client_, *clock_};
   nats::Groups groups_{client_, names_};
   nats::DoneBook done_{client_};
+  nats::RateBudget rate_{client_, *clock_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));

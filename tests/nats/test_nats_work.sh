@@ -103,6 +103,23 @@ median=$(printf '%s\n' "${lat[@]}" | sort -n | sed -n 3p)
 echo "q work started the command ${lat[*]} ms after each send (median ${median} ms; without a watch it polls each 1000 ms)"
 ((median < 1000 * scale)) || fail "q work woke ${median} ms (median) after a send"
 
+# ---- a queue's shared --rate: two q work processes together keep to it -------------------
+"$Q" create rated --rate 5/s >/dev/null
+for i in $(seq 1 16); do "$Q" send rated "r$i" >/dev/null; done
+: >"$T/ran"
+start=$(now_ms)
+"$Q" work rated -j 4 --exit-when-empty -q -- "$T/stamp.sh" &
+w1=$!
+"$Q" work rated -j 4 --exit-when-empty -q -- "$T/stamp.sh" &
+w2=$!
+wait "$w1" || fail "rated q work 1: exit $?"
+wait "$w2" || fail "rated q work 2: exit $?"
+[[ $(wc -l <"$T/ran") == 16 ]] || fail "rated: ran $(wc -l <"$T/ran") of 16"
+span=$(($(sort -n "$T/ran" | tail -1) - $(sort -n "$T/ran" | head -1)))
+# 16 starts at 5/s (no burst below 10/s): the last at least 15 intervals (3 s) after the first.
+((span >= 2900)) || fail "16 starts at 5/s took only ${span} ms (two consumers together)"
+echo "16 starts by two q work processes at --rate 5/s spanned ${span} ms (at least 3000)"
+
 # ---- FIFO: q work -j 4 never runs two messages of one group at once -------------------------
 "$Q" create orders --fifo >/dev/null
 for i in 1 2 3 4; do
