@@ -6,6 +6,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -104,6 +105,44 @@ std::string fit(std::string s, std::size_t width) {
   return s;
 }
 
+// Column widths of the table: full column names, figures right-aligned, the
+// queue column as wide as the longest name when the terminal allows, the depth
+// sparkline taking what is left (at least kMinSpark, at most 60).
+struct TopLayout {
+  static constexpr std::size_t kVisible = 7, kInFlight = 9, kDelayed = 7, kDead = 5, kRate = 6,
+                               kOldest = 7, kToEmpty = 8, kMinName = 5, kMinSpark = 6,
+                               kMaxSpark = 60;
+  // Everything but the queue name and the sparkline, separators included.
+  static constexpr std::size_t kFixed =
+      kVisible + kInFlight + kDelayed + kDead + 2 * kRate + kOldest + kToEmpty + 10;
+
+  std::size_t name = kMinName;
+  std::size_t spark = kMinSpark;
+
+  template <typename Queues>
+  static TopLayout fit(const Queues& queues, std::size_t cols) {
+    TopLayout l;
+    std::size_t longest = kMinName;
+    for (const auto& r : queues) longest = std::max(longest, r.stats.name.size());
+    std::size_t room = cols > kFixed + kMinSpark ? cols - kFixed - kMinSpark : 0;
+    l.name = std::max(kMinName, std::min(longest, room));
+    std::size_t left = cols > kFixed + l.name ? cols - kFixed - l.name : 0;
+    l.spark = std::clamp(left, kMinSpark, kMaxSpark);
+    return l;
+  }
+
+  // `dead` comes padded (it may carry colour codes, which a width would count).
+  std::string row(const std::string& queue, const std::string& visible,
+                  const std::string& in_flight, const std::string& delayed, const std::string& dead,
+                  const std::string& in, const std::string& out, const std::string& spark_text,
+                  const std::string& oldest, const std::string& to_empty) const {
+    return fmt::format("{:<{}} {:>{}} {:>{}} {:>{}} {:>{}} {:>{}} {:>{}}  {} {:>{}} {:>{}}", queue,
+                       name, visible, kVisible, in_flight, kInFlight, delayed, kDelayed, dead,
+                       kDead, in, kRate, out, kRate, spark_text, oldest, kOldest, to_empty,
+                       kToEmpty);
+  }
+};
+
 // Waits for the next refresh, or a key that quits. `keys` is cleared when the
 // keyboard can no longer be read: with standard input at end of file (q top <
 // /dev/null) poll says "readable" for ever and read returns 0, which spun the
@@ -155,9 +194,7 @@ void run_top(const TopFlags& f, Context& ctx) {
   while (!quitting()) {
     auto queues = meter.sample(*broker, f.queue);
     auto [cols, rows] = Screen::size();
-    // 80 columns: 68 for the figures, 12 for the sparkline; wider shows more history.
-    const std::size_t spark =
-        cols > 80 ? std::min<std::size_t>(60, static_cast<std::size_t>(cols) - 68) : 12;
+    const auto layout = TopLayout::fit(queues, static_cast<std::size_t>(cols));
     std::string frame = "\033[H\033[2J";
     auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
     auto red = [&](const std::string& s) { return color ? "\033[31m" + s + "\033[0m" : s; };
@@ -166,9 +203,9 @@ void run_top(const TopFlags& f, Context& ctx) {
                                   q::plural(queues.size(), "queue")),
                       static_cast<std::size_t>(cols))) +
              "\r\n\r\n";
-    std::string header = fmt::format(
-        "{:<10} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6}  {:<{}} {:>7} {:>8}", "QUEUE", "VISIBL", "INFL",
-        "DELAY", "DEAD", "IN/s", "OUT/s", "DEPTH", spark, "OLDEST", "EMPTY IN");
+    std::string header =
+        layout.row("QUEUE", "VISIBLE", "IN FLIGHT", "DELAYED", "DEAD", "IN/s", "OUT/s",
+                   fmt::format("{:<{}}", "DEPTH", layout.spark), "OLDEST", "TO EMPTY");
     frame += (color ? "\033[7m" + header + "\033[0m" : header) + "\r\n";
     int line = 4;
     for (const auto& r : queues) {
@@ -178,18 +215,26 @@ void run_top(const TopFlags& f, Context& ctx) {
       history.push_back(r.backlog());
       if (history.size() > kHistory) history.pop_front();
       auto empty = r.time_to_empty();
-      std::string dead = fmt::format("{:>5}", count_text(s.dead));
-      frame += fmt::format("{:<10} {:>6} {:>5} {:>5} {} {:>6} {:>6}  {} {:>7} {:>8}\r\n",
-                           fit(s.name, 10), count_text(s.visible), count_text(s.in_flight),
-                           count_text(s.delayed), s.dead > 0 ? red(dead) : dead,
-                           r.measured ? rate_text(r.in_per_s) : "-",
-                           r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, spark),
-                           short_duration(s.oldest_age),
-                           // An idle empty queue has nothing to empty: "-".
-                           s.pause                           ? "paused"
-                           : !r.measured || r.backlog() == 0 ? "-"
-                           : empty                           ? short_duration(empty)
-                                                             : "never");
+      // A name too long for its column gets a line of its own, whole, rather
+      // than being cut mid-word; its figures follow on the next line.
+      std::string name = s.name;
+      if (name.size() > layout.name) {
+        frame += fit(name, static_cast<std::size_t>(cols)) + "\r\n";
+        name.clear();
+        if (++line >= rows) break;
+      }
+      std::string dead = fmt::format("{:>{}}", count_text(s.dead), TopLayout::kDead);
+      frame +=
+          layout.row(name, count_text(s.visible), count_text(s.in_flight), count_text(s.delayed),
+                     s.dead > 0 ? red(dead) : dead, r.measured ? rate_text(r.in_per_s) : "-",
+                     r.measured ? rate_text(r.out_per_s) : "-", sparkline(history, layout.spark),
+                     short_duration(s.oldest_age),
+                     // An idle empty queue has nothing to empty: "-".
+                     s.pause                           ? "paused"
+                     : !r.measured || r.backlog() == 0 ? "-"
+                     : empty                           ? short_duration(empty)
+                                                       : "never") +
+          "\r\n";
       ++line;
     }
     // Pauses, with their end and reason, below the table.

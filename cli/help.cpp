@@ -362,6 +362,10 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
       {"q purge", with({1})},
       {"q delete", with({1})},
       {"q dlq", with({1, 65})},
+      {"q dlq list", kBase},
+      {"q dlq show", with({65})},
+      {"q dlq delete", with({1, 65})},
+      {"q dlq purge", with({1})},
       {"q show", with({65})},
       {"q import", with({65, 75})},
       {"q check", {0, 1, 2, 3}},
@@ -388,8 +392,11 @@ std::vector<ExitCode> exit_codes(const std::string& path) {
            {4, "--rate only: some moved, then a batch was refused"}};
   if (path == "q purge" || path == "q delete" || path == "q dlq purge" || path == "q dlq delete")
     out = {{1, "the question was not answered yes: nothing was removed"}};
-  std::string top = path.substr(0, path.find(' ', 2));
-  auto it = by_command.find(top);
+  if (path == "q dlq")
+    out = {{1, "delete, purge: the question was not answered yes: nothing was removed"}};
+  // The command's own entry, else its top-level command's (q dlq list: q dlq).
+  auto it = by_command.find(path);
+  if (it == by_command.end()) it = by_command.find(path.substr(0, path.find(' ', 2)));
   for (int code : it == by_command.end() ? kBase : it->second) {
     if (std::any_of(out.begin(), out.end(), [&](const ExitCode& c) { return c.code == code; }))
       continue;

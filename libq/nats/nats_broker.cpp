@@ -10,14 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "nats_client.hpp"
+#include "nats_dead.hpp"
 #include "nats_delay.hpp"
-#include "nats_done.hpp"
 #include "nats_groups.hpp"
 #include "nats_leases.hpp"
 #include "nats_rate.hpp"
@@ -27,7 +28,9 @@
 #include "sha256.hpp"
 #include "records.hpp"
 #include "rules.hpp"
+#include "sha256.hpp"
 #include "timefmt.hpp"
+#include "utf8.hpp"
 
 namespace q {
 namespace {
@@ -44,11 +47,15 @@ using json = nlohmann::json;
 constexpr const char* kConsumer = "q";
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
+// `what` names a feature, or a whole command as "q NAME" (the CLI already
+// starts its message with that, so it is not said twice).
 [[noreturn]] void not_yet(const char* what) {
+  std::string_view w(what);
+  std::string prefix = w.rfind("q ", 0) == 0 ? "" : fmt::format("{}: ", w);
   throw Error(ErrorKind::Usage,
-              fmt::format("{}: not available on nats:// locations yet (issue 16; see "
+              fmt::format("{}not available on nats:// locations yet (issue 16; see "
                           "ARCHITECTURE.md, Distributed backend)",
-                          what));
+                          prefix));
 }
 
 [[noreturn]] void no_such_queue(const std::string& queue) {
@@ -79,6 +86,7 @@ class NatsBroker final : public Broker {
       // the queue exist, so a create cut short leaves nothing a command sees.
       ensure_stream(queue, config, true);
       ensure_consumer(queue, config, true);
+      dead_.ensure_stream(queue);
       if (client_.put_if(Names::config_key(queue), nats::encode_config(config, clock_->now()), 0))
         return true;
     }
@@ -118,8 +126,9 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK && code != kStreamNotFound) client_.fail("deleting queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    client_.purge("done." + nats::encode_name(queue) + ".*");
+    counts.dead_letters = dead_.delete_stream(queue);
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
-    client_.purge(nats::DoneBook::prefix(queue) + "*");
     client_.purge(nats::RateBudget::key(queue));
     return counts;
   }
@@ -192,6 +201,7 @@ class NatsBroker final : public Broker {
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
+    int rounds = 0;
     auto start = std::chrono::steady_clock::now();
     auto left = [&] {
       return options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -213,12 +223,19 @@ class NatsBroker final : public Broker {
     for (;;) {
       Millis wait = left();
       auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0));
-      for (auto& msg : batch)
-        if (auto m = leases_.take(queue, msg.get(), vt, ack_wait)) got.push_back(std::move(*m));
+      std::size_t passed = 0;
+      for (auto& msg : batch) {
+        if (auto m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives))
+          got.push_back(std::move(*m));
+        else
+          ++passed;
+      }
       if (got.size() >= want) break;
-      // Deliveries passed over (delayed, their group held): what is behind
-      // them may be visible; pull again.
-      if (!batch.empty()) continue;
+      // Deliveries passed over (dead-lettered, still leased and re-armed,
+      // acked meanwhile, delayed, their group held) are not the end: look
+      // again at once, as a receive on a file goes on to the next message.
+      // Each passed delivery is gone or re-armed for later, so this ends.
+      if (passed > 0 && ++rounds < 1000) continue;
       if (!got.empty() || wait <= 0) break;
     }
     if (rated) rate_.give_back(queue, have.config.rate, want - got.size());
@@ -245,20 +262,10 @@ class NatsBroker final : public Broker {
         // Decided: the lease says acked, so no receive hands the message out
         // again (one that gets it finishes this ack). Now tell JetStream; if
         // the cluster does not answer, the ack stands all the same.
-        try {
-          client_.request(lease.reply, "+ACK");
-          // The lease goes only once the stream dropped the message: a
-          // delivery sent before the ack then finds `a`, or no message
-          // (nats_leases.cpp, take), never a free message to lease again.
-          groups_.settle_ack(queue, seq);
-          // FIFO: the group's next message, passed over while this one was
-          // its head, goes back to JetStream now (before the lease goes, so
-          // a receive meanwhile still sees this message acked).
-          if (!lease.group.empty()) groups_.wake_next(queue, lease.group, seq);
-          client_.remove(rev);
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::Busy) throw;
-        }
+        leases_.finish_ack(names_.stream(queue), seq, lease.reply, rev);
+        // FIFO: the group's next message, passed over while this one was its
+        // head, goes back to JetStream now (nats_groups.hpp).
+        if (!lease.group.empty()) groups_.wake_next(queue, lease.group, seq);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
         result.outcome =
@@ -333,31 +340,149 @@ class NatsBroker final : public Broker {
     return removed;
   }
 
-  // ---- not on this backend yet (issue 16) ---------------------------------------
+  // ---- peek --------------------------------------------------------------------
 
-  void do_dead_letter(const std::string&, const std::string&, const std::string&,
-                      const RunReport&) override {
-    not_yet("dead-lettering a delivery");
-  }
-  AckSendResult do_ack_and_send(const std::string&, const std::string&, const std::string&,
-                                std::vector<OutgoingMessage>, const SendOptions&) override {
-    not_yet("q work --to (ack and send)");
-  }
-  ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
-                             const std::string& key, Millis keep) override {
+  // The oldest messages, sequence by sequence from the stream's first (2.9's
+  // stream API reads one message by sequence; acked ones are gaps passed
+  // over), each with its state from its lease.
+  std::vector<Message> do_peek(const std::string& queue, std::size_t max) override {
     must_load(queue);
-    // The key first: a crash between the two leaves the work recorded done
-    // (its redelivery is skipped), as a stale receipt does on a file.
-    done_.record(queue, key, clock_->now() + keep);
-    auto result = do_ack(queue, {receipt}).at(0);
-    if (result.outcome == ReceiptOutcome::Malformed)
-      throw Error(ErrorKind::InvalidData, result.detail);
-    return result.outcome;
+    jsStreamState state = stream_state(queue);
+    std::vector<Message> out;
+    std::string stream = names_.stream(queue);
+    Millis now = clock_->now();
+    std::uint64_t seen = 0;
+    for (std::uint64_t seq = state.FirstSeq;
+         state.Msgs > 0 && seq <= state.LastSeq && seen < state.Msgs && out.size() < max; ++seq) {
+      auto msg = stored(queue, seq);
+      if (!msg) continue;
+      ++seen;
+      Message m = nats::message_of(msg.get(), seq);
+      m.state = MessageState::Visible;
+      if (auto r = client_.get(Names::lease_key(queue, seq))) {
+        Lease l = Lease::decode(r->value);
+        m.receive_count = l.receives;
+        m.reason = l.reason;
+        if (l.first_received_at) m.first_received_at = l.first_received_at;
+        if (l.received_at) m.last_received_at = l.received_at;
+        if (l.state == Lease::Acked || l.state == Lease::Dead) continue;  // leaving
+        if (l.until > now) {
+          m.state = l.state == Lease::Leased ? MessageState::InFlight : MessageState::Delayed;
+          m.visible_at = l.until;
+        }
+      }
+      out.push_back(std::move(m));
+    }
+    return out;
   }
-  bool do_is_done(const std::string& queue, const std::string& key) override {
+
+  // ---- dead letters ------------------------------------------------------------
+
+  void do_dead_letter(const std::string& queue, const std::string& receipt,
+                      const std::string& reason, const RunReport&) override {
     must_load(queue);
-    return done_.is_done(queue, key, clock_->now());
+    leases_.dead_letter(queue, names_.stream(queue), receipt,
+                        std::string(utf8_prefix(reason, kMaxReason)));
   }
+
+  std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) override {
+    must_load(queue);
+    std::vector<Message> out;
+    if (max == 0) return out;
+    dead_.each(queue, [&](const Message& m, std::uint64_t) {
+      out.push_back(m);
+      return out.size() < max;
+    });
+    return out;
+  }
+
+  void do_each_dead_letter(const std::string& queue,
+                           const std::function<bool(const Message&)>& each) override {
+    must_load(queue);
+    dead_.each(queue, [&](const Message& m, std::uint64_t) { return each(m); });
+  }
+
+  std::uint64_t do_purge_dead_letters(const std::string& queue) override {
+    must_load(queue);
+    return dead_.purge(queue);
+  }
+
+  std::optional<Message> do_find_dead_letter(const std::string& queue,
+                                             const std::string& id) override {
+    must_load(queue);
+    if (auto found = dead_.find(queue, id)) return found->message;
+    return std::nullopt;
+  }
+
+  std::vector<std::string> do_delete_dead_letters(const std::string& queue,
+                                                  const std::vector<std::string>& ids) override {
+    must_load(queue);
+    std::vector<std::string> missing;
+    std::set<std::string> named;  // an id given twice is deleted once
+    for (const auto& id : ids) {
+      if (!named.insert(id).second) continue;
+      auto found = dead_.find(queue, id);
+      if (!found || !dead_.remove(queue, found->seq)) missing.push_back(id);
+    }
+    return missing;
+  }
+
+  // Each dead letter moves on its own (JetStream has no transaction over two
+  // streams): published to the target first, then removed here, so a move cut
+  // short leaves it in both places at worst, and a repeat stores it once.
+  std::vector<Message> do_redrive(const std::string& queue,
+                                  const RedriveOptions& options) override {
+    must_load(queue);
+    std::string to = options.to.empty() ? queue : options.to;
+    StoredQueue into = to == queue ? must_load(queue) : must_load(to);
+    if (into.config.fifo) not_yet("redriving into a FIFO queue");
+    std::vector<nats::DeadLetters::Found> chosen;
+    std::size_t max = options.max.value_or(SIZE_MAX);
+    if (options.ids.empty()) {
+      if (max > 0)
+        dead_.each(queue, [&](const Message& m, std::uint64_t seq) {
+          chosen.push_back({m, seq});
+          return chosen.size() < max;
+        });
+    } else {
+      std::set<std::string> named;  // an id given twice moves once
+      for (const auto& id : options.ids) {
+        if (!named.insert(id).second) continue;
+        auto found = dead_.find(queue, id);
+        if (!found) {
+          if (options.skip_missing) continue;
+          throw Error(ErrorKind::NotFound,
+                      fmt::format("queue {}: no dead letter {}; nothing was redriven", queue, id));
+        }
+        if (chosen.size() >= max) break;
+        chosen.push_back(std::move(*found));
+      }
+    }
+    std::vector<Message> out;
+    for (const auto& c : chosen) {
+      check_body_size(to, into.config, c.message.body.size(), "dead letter " + c.message.id,
+                      "redriven");
+      check_attribute_bytes(to, c.message.attributes);
+      out.push_back(c.message);
+    }
+    if (options.dry_run) return out;
+    if (into.config.max_depth != 0) {
+      std::uint64_t depth = stream_state(to).Msgs;
+      if (depth + chosen.size() > into.config.max_depth)
+        throw Error(ErrorKind::Full,
+                    fmt::format("queue {}: {} dead letters would not fit under max depth {} ({} "
+                                "waiting); nothing was redriven (try --max)",
+                                to, chosen.size(), into.config.max_depth, depth));
+    }
+    for (const auto& c : chosen) dead_.redrive(queue, c, to);
+    return out;
+  }
+
+  // ---- q work ------------------------------------------------------------------
+
+  // Now when a message is visible; else when the first lease runs out (its
+  // message is visible again); INT64_MAX when the queue is empty. From the
+  // stream's count and the leases, as stats.
   Millis do_next_delivery(const std::string& queue, bool rate_limited) override {
     StoredQueue have = must_load(queue);
     jsStreamState state = stream_state(queue);
@@ -384,25 +509,61 @@ class NatsBroker final : public Broker {
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
     return next;
   }
+  // A core NATS subscription to the namespace's publishes and lease
+  // records (nats_watch.hpp): a waiting q work is woken by a send.
   std::unique_ptr<ChangeWatch> do_watch() override;
-  std::vector<Message> do_peek(const std::string&, std::size_t) override { not_yet("q peek"); }
-  std::vector<Message> do_dead_letters(const std::string&, std::size_t) override {
-    not_yet("dead letters");
+
+  // Idempotency keys: a record done.<Q>.<sha256 of key> = {until}. Written
+  // before the ack (no transaction spans both): a crash between leaves the
+  // message to be delivered again and skipped as done, never run twice. As
+  // on a file, a stale receipt still records the key (the work was done).
+  ReceiptOutcome do_ack_done(const std::string& queue, const std::string& receipt,
+                             const std::string& key, Millis keep) override {
+    must_load(queue);
+    std::string k = done_key(queue, key);
+    std::string value = json{{"u", clock_->now() + keep}, {"w", nats::random_token()}}.dump();
+    bool written = false;
+    for (int attempt = 0; attempt < 5 && !written; ++attempt) {
+      auto cur = client_.get(k);
+      written = client_.put_if(k, value, cur ? cur->revision : 0).has_value();
+    }
+    if (!written)
+      throw Error(ErrorKind::Busy,
+                  fmt::format("queue {}: the record of an idempotency key kept changing; try again",
+                              queue));
+    auto result = do_ack(queue, {receipt}).at(0);
+    if (result.outcome == ReceiptOutcome::Malformed)
+      throw Error(ErrorKind::InvalidData, result.detail);
+    return result.outcome;
   }
-  void do_each_dead_letter(const std::string&,
-                           const std::function<bool(const Message&)>&) override {
-    not_yet("dead letters");
+
+  bool do_is_done(const std::string& queue, const std::string& key) override {
+    must_load(queue);
+    auto cur = client_.get(done_key(queue, key));
+    if (!cur) return false;
+    try {
+      return json::parse(cur->value).at("u").get<Millis>() > clock_->now();
+    } catch (const json::exception& e) {
+      throw Error(ErrorKind::Io, fmt::format("queue {}: the record of an idempotency key is "
+                                             "damaged ({})",
+                                             queue, e.what()));
+    }
   }
-  std::uint64_t do_purge_dead_letters(const std::string&) override { not_yet("dead letters"); }
-  std::vector<Message> do_redrive(const std::string&, const RedriveOptions&) override {
-    not_yet("q redrive");
+
+  static std::string done_key(const std::string& queue, const std::string& key) {
+    return "done." + nats::encode_name(queue) + "." + sha256_hex(key);
   }
-  std::optional<Message> do_find_dead_letter(const std::string&, const std::string&) override {
-    not_yet("dead letters");
-  }
-  std::vector<std::string> do_delete_dead_letters(const std::string&,
-                                                  const std::vector<std::string>&) override {
-    not_yet("dead letters");
+
+  // The registry only names a worker's command in the attempt history, which
+  // the NATS backend does not keep (README, Differences on NATS).
+  void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
+  void do_unregister_worker(std::uint32_t, Millis) override {}
+
+  // ---- not on this backend yet (issue 16) ---------------------------------------
+
+  AckSendResult do_ack_and_send(const std::string&, const std::string&, const std::string&,
+                                std::vector<OutgoingMessage>, const SendOptions&) override {
+    not_yet("q work --to (ack and send)");
   }
   void do_export_messages(const std::string&, const std::function<void(const Message&)>&) override {
     not_yet("q export");
@@ -416,10 +577,6 @@ class NatsBroker final : public Broker {
   std::optional<Message> do_show(const std::string&, const std::string&) override {
     not_yet("q show");
   }
-  // The registry names q work's command line in a delivery's attempt
-  // history (q show); nats:// keeps no attempt history, so nothing to name.
-  void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
-  void do_unregister_worker(std::uint32_t, Millis) override {}
   void do_backup(const std::string&) override { not_yet("q backup"); }
   std::vector<std::string> do_verify() override { not_yet("q verify"); }
 
@@ -429,9 +586,9 @@ class NatsBroker final : public Broker {
   SystemClock system_clock_;
   const Clock* clock_;
   int replicas_ = 1;
-  nats::LeaseBook leases_{client_, *clock_};
+  nats::DeadLetters dead_{client_, names_, *clock_, replicas_};
+  nats::LeaseBook leases_{client_, *clock_, dead_};
   nats::Groups groups_{client_, names_};
-  nats::DoneBook done_{client_};
   nats::RateBudget rate_{client_, *clock_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
@@ -518,6 +675,24 @@ class NatsBroker final : public Broker {
     if (s != NATS_OK) client_.fail("setting up the consumer of queue " + queue, s, code);
   }
 
+  // Message `seq` of the queue's stream; nullptr when it is not there.
+  nats::MsgPtr stored(const std::string& queue, std::uint64_t seq) {
+    natsMsg* raw = nullptr;
+    jsErrCode code{};
+    natsStatus s = client_.retry(
+        "reading queue " + queue,
+        [&](jsErrCode* err) {
+          natsMsg_Destroy(raw);
+          raw = nullptr;
+          return js_GetMsg(&raw, client_.js(), names_.stream(queue).c_str(), seq, nullptr, err);
+        },
+        &code);
+    nats::MsgPtr msg(raw);
+    if (s == NATS_NOT_FOUND || code == static_cast<jsErrCode>(10037)) return nullptr;
+    if (s != NATS_OK) client_.fail("reading queue " + queue, s, code);
+    return msg;
+  }
+
   jsStreamState stream_state(const std::string& queue) {
     jsStreamState state{};
     jsErrCode code{};
@@ -580,7 +755,9 @@ class NatsBroker final : public Broker {
     return out;
   }
 
-  QueueStats stats_of(const std::string& queue, const StoredQueue& have) {
+  // `next`, when given, gets the earliest time a leased or delayed message is
+  // visible again.
+  QueueStats stats_of(const std::string& queue, const StoredQueue& have, Millis* next = nullptr) {
     QueueStats st;
     st.name = queue;
     st.config = have.config;
@@ -595,7 +772,10 @@ class NatsBroker final : public Broker {
       std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
       if (state.Msgs == 0 || seq < state.FirstSeq) return;
       Lease l = Lease::decode(r.value);
-      if (l.state == Lease::Acked || (l.state == Lease::Leased && l.until > now))
+      if (next && (l.state == Lease::Leased || l.state == Lease::Released) && l.until > now)
+        *next = std::min(*next, l.until);
+      if (l.state == Lease::Acked || l.state == Lease::Dead ||
+          (l.state == Lease::Leased && l.until > now))
         ++in_flight;
       else if (l.state == Lease::Released && l.until > now)
         ++delayed;
@@ -606,6 +786,7 @@ class NatsBroker final : public Broker {
     st.visible = state.Msgs - st.in_flight - st.delayed;
     if (state.Msgs > 0) st.oldest_age = std::max<Millis>(0, now - state.FirstTime / kNs);
     st.counters.sent = state.LastSeq;
+    st.dead = dead_.count(queue);
     if (have.config.fifo) {
       // Groups with messages: the group subjects in the stream. Only heads
       // are leased, so the messages in flight are the held groups.

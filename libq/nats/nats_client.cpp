@@ -320,7 +320,10 @@ void Client::remove(std::uint64_t revision) {
       },
       &code);
   // Gone already: replaced by a newer record of its key, or removed by a retry.
-  if (s != NATS_OK && s != NATS_NOT_FOUND && code != static_cast<jsErrCode>(10057))
+  // (10057: no message of that sequence; 10043: "sequence N not found", as a
+  // stream's leader answers while another delete of it is under way.)
+  if (s != NATS_OK && s != NATS_NOT_FOUND && code != static_cast<jsErrCode>(10057) &&
+      code != static_cast<jsErrCode>(10043))
     fail("removing a record", s, code);
 }
 

@@ -1,8 +1,5 @@
 #include "nats_groups.hpp"
 
-#include <chrono>
-#include <thread>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -104,29 +101,6 @@ void Groups::wait(const std::string& queue, std::uint64_t seq, const std::string
     return st;
   });
   // A failure only costs latency: the delivery's own delay brings it back.
-}
-
-bool Groups::present(const std::string& queue, std::uint64_t seq) {
-  std::string what = "reading message " + std::to_string(seq) + " of queue " + queue;
-  natsMsg* raw = nullptr;
-  jsErrCode code{};
-  natsStatus s = client_.retry(
-      what,
-      [&](jsErrCode* err) {
-        natsMsg_Destroy(raw);
-        raw = nullptr;
-        return js_GetMsg(&raw, client_.js(), names_.stream(queue).c_str(), seq, nullptr, err);
-      },
-      &code);
-  MsgPtr msg(raw);
-  if (s == NATS_OK) return true;
-  if (s == NATS_NOT_FOUND || code == static_cast<jsErrCode>(kNoMessageFound)) return false;
-  client_.fail(what, s, code);
-}
-
-void Groups::settle_ack(const std::string& queue, std::uint64_t seq) {
-  for (int attempt = 0; attempt < 50 && present(queue, seq); ++attempt)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 void Groups::wake_next(const std::string& queue, const std::string& subject, std::uint64_t seq) {

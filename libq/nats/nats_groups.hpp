@@ -49,15 +49,6 @@ class Groups {
   // when its pass-over delay ends. Reports no failure (only latency rides on it).
   void wake_next(const std::string& queue, const std::string& subject, std::uint64_t seq);
 
-  // Whether message `seq` is still in the queue's stream, as its leader says.
-  // (Not FIFO only: an ack waits for it, and a lease-less redelivery asks it;
-  // nats_broker.cpp, ack.)
-  bool present(const std::string& queue, std::uint64_t seq);
-  // Waits (at most about a second) until the stream's leader no longer has
-  // acked message `seq`: JetStream confirms an ack when the consumer took it,
-  // and the stream drops the message a moment later.
-  void settle_ack(const std::string& queue, std::uint64_t seq);
-
   static std::string wait_prefix(const std::string& queue) {
     return "wait." + encode_name(queue) + ".";
   }

@@ -1,5 +1,8 @@
 #include "nats_leases.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -10,13 +13,14 @@ namespace q::nats {
 
 using json = nlohmann::json;
 
-LeaseBook::LeaseBook(Client& client, const Clock& clock) : client_(client), clock_(clock) {
+LeaseBook::LeaseBook(Client& client, const Clock& clock, DeadLetters& dead)
+    : client_(client), clock_(clock), dead_(dead) {
   std::random_device rd;
   random_.seed((static_cast<std::uint64_t>(rd()) << 32) | rd());
 }
 
 std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, Millis vt,
-                                       Millis ack_wait) {
+                                       Millis ack_wait, std::uint32_t max_receives) {
   jsMsgMetaData* meta_raw = nullptr;
   if (natsMsg_GetMetaData(&meta_raw, msg) != NATS_OK) return std::nullopt;
   nats::MetaPtr meta(meta_raw);
@@ -40,21 +44,38 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
         client_.request(reply, nak_body(at - now));
         return std::nullopt;
       }
-      // A redelivery with no lease: its message may have been acked (and its
-      // lease removed) since JetStream sent it; an ack removes the lease only
-      // once the stream's leader dropped the message, so ask the leader.
-      if (meta->NumDelivered > 1 && groups_ && !groups_->present(queue, seq)) return std::nullopt;
     }
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
-      client_.request(reply, "+ACK");
-      client_.remove(cur->revision);
+      finish_ack(meta->Stream, seq, reply, cur->revision);
+      return std::nullopt;
+    }
+    // No lease, yet delivered before: its lease went with an ack or a move to
+    // the dead letters, which remove the lease only once the message is gone
+    // from the stream (finish_ack, DeadLetters::finish); this delivery was on
+    // its way before. Look: a message that is gone is passed over.
+    if (!cur && meta->NumDelivered > 1 && !present(meta->Stream, seq)) return std::nullopt;
+    if (cur && prev.state == Lease::Dead) {
+      // Decided by another that did not finish the move: finish it.
+      dead_.finish(queue, msg, seq, prev, cur->revision, reply);
       return std::nullopt;
     }
     if (cur && prev.until > now) {
       // Still leased (or released with a delay): JetStream's timer ran
       // ahead of the lease. Re-arm it to the lease and pass.
       client_.request(reply, nak_body(prev.until - now));
+      return std::nullopt;
+    }
+    if (cur && max_receives != 0 && prev.receives >= max_receives) {
+      // Its receives are used up: to the dead letters instead (the CAS decides).
+      Lease dead = prev;
+      dead.state = Lease::Dead;
+      dead.until = now;
+      if (dead.reason.empty())
+        dead.reason = "not acknowledged after " + plural(prev.receives, "receive");
+      auto rev = client_.put_if(key, dead.encode(), cur->revision);
+      if (!rev) continue;
+      dead_.finish(queue, msg, seq, dead, *rev, reply);
       return std::nullopt;
     }
     Lease l;
@@ -70,15 +91,9 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (!group.empty()) l.group = natsMsg_GetSubject(msg);
     if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
     if (vt != ack_wait) client_.request(reply, nak_body(vt));
-    Message m;
-    m.id = store::message_id(seq);
-    m.receipt = store::receipt(seq, l.nonce);
-    m.body.assign(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
-    if (auto a = header(msg, "Q-Attrs"); !a.empty())
-      for (const auto& kv : json::parse(a)) m.attributes.emplace_back(kv.at(0), kv.at(1));
-    if (auto d = header(msg, "Q-Dedup"); !d.empty()) m.dedup_id = json::parse(d);
+    Message m = message_of(msg, seq);
     if (!group.empty()) m.group = json::parse(group);
-    if (auto t = header(msg, "Q-Sent-At"); !t.empty()) m.sent_at = std::stoll(t);
+    m.receipt = store::receipt(seq, l.nonce);
     m.receive_count = l.receives;
     m.state = MessageState::InFlight;
     m.visible_at = l.until;
@@ -88,6 +103,41 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     return m;
   }
   return std::nullopt;  // others kept changing the lease: leave the message to them
+}
+
+bool LeaseBook::present(const std::string& stream, std::uint64_t seq) {
+  natsMsg* raw = nullptr;
+  jsErrCode code{};
+  natsStatus s = client_.retry(
+      "reading message " + store::message_id(seq),
+      [&](jsErrCode* err) {
+        natsMsg_Destroy(raw);
+        raw = nullptr;
+        return js_GetMsg(&raw, client_.js(), stream.c_str(), seq, nullptr, err);
+      },
+      &code);
+  MsgPtr msg(raw);
+  if (s == NATS_NOT_FOUND || code == static_cast<jsErrCode>(10037)) return false;
+  if (s != NATS_OK) client_.fail("reading message " + store::message_id(seq), s, code);
+  return true;
+}
+
+void LeaseBook::finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
+                           std::uint64_t revision) {
+  try {
+    client_.request(reply, "+ACK");
+    // The stream drops an acked message of a work queue as the ack is
+    // applied; wait (briefly) until its leader no longer has it.
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      if (!present(stream, seq)) {
+        client_.remove(revision);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 50)));
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Busy) throw;
+  }
 }
 
 // Moves JetStream's redelivery of a pending message to now + delay. Once
@@ -119,7 +169,11 @@ LeaseBook::Current LeaseBook::current(const std::string& queue, const std::strin
                             "purged or expired)",
                             receipt, id, queue));
   Lease lease = Lease::decode(cur->value);
-  if (lease.nonce != parsed->nonce || lease.state == Lease::Acked) {
+  if (lease.nonce != parsed->nonce || lease.state == Lease::Acked || lease.state == Lease::Dead) {
+    if (lease.state == Lease::Dead)
+      throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} was moved to the "
+                                                "dead letters of queue {}",
+                                                receipt, id, queue));
     if (lease.state == Lease::Acked)
       throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} is no longer "
                                                 "in queue {} (acked, purged or expired)",
@@ -149,6 +203,34 @@ std::uint64_t LeaseBook::change(const std::string& queue, const std::string& rec
   }
   throw Error(ErrorKind::Busy,
               fmt::format("receipt {}: its lease kept changing; try again", receipt));
+}
+
+void LeaseBook::dead_letter(const std::string& queue, const std::string& stream,
+                            const std::string& receipt, const std::string& reason) {
+  auto cur = current(queue, receipt);
+  // The stored message: the delivery's copy is gone with the receive that had it.
+  natsMsg* raw = nullptr;
+  jsErrCode code{};
+  natsStatus s = client_.retry(
+      "reading message " + store::message_id(cur.seq),
+      [&](jsErrCode* err) {
+        natsMsg_Destroy(raw);
+        raw = nullptr;
+        return js_GetMsg(&raw, client_.js(), stream.c_str(), cur.seq, nullptr, err);
+      },
+      &code);
+  MsgPtr msg(raw);
+  if (s == NATS_NOT_FOUND || code == static_cast<jsErrCode>(10037))
+    throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} is no longer in "
+                                              "queue {} (acked, purged or expired)",
+                                              receipt, store::message_id(cur.seq), queue));
+  if (s != NATS_OK) client_.fail("reading message " + store::message_id(cur.seq), s, code);
+  Lease dead = cur.lease;
+  dead.state = Lease::Dead;
+  dead.until = clock_.now();
+  dead.reason = reason;
+  auto rev = change(queue, receipt, cur.seq, dead, cur.revision);
+  dead_.finish(queue, msg.get(), cur.seq, dead, rev, cur.lease.reply);
 }
 
 }  // namespace q::nats

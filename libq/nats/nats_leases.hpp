@@ -11,17 +11,24 @@
 #include "broker.hpp"
 #include "nats_client.hpp"
 #include "nats_groups.hpp"
+#include "nats_dead.hpp"
 #include "nats_records.hpp"
 
 namespace q::nats {
 
 class LeaseBook {
  public:
-  LeaseBook(Client& client, const Clock& clock);
+  LeaseBook(Client& client, const Clock& clock, DeadLetters& dead);
 
   // Rule 1: a delivery of `queue` becomes a Message with a fresh receipt, or
-  // nothing (still leased, acked, or others won the lease).
-  std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait);
+  // nothing (still leased, acked, dead-lettered now (it had had
+  // `max_receives`, 0: no limit), or others won the lease).
+  std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait,
+                              std::uint32_t max_receives);
+  // Decides to dead-letter the delivery a receipt names (CAS to the dead
+  // state) and moves it; Error(Stale) as current().
+  void dead_letter(const std::string& queue, const std::string& stream, const std::string& receipt,
+                   const std::string& reason);
 
   struct Current {
     std::uint64_t seq;
@@ -42,12 +49,22 @@ class LeaseBook {
   // FIFO queues: deliveries of a group's message other than its head are
   // passed over (nats_groups.hpp).
   void use_groups(Groups* groups) { groups_ = groups; }
+  // After the CAS to acked: +ACK, and once the message is gone from `stream`,
+  // the lease (at `revision`) is removed. Until then the acked lease stays
+  // (a receive that meets it finishes the ack): a lease is never missing
+  // while its message is still there, so a receive that finds no lease for a
+  // redelivery knows the message is gone. A cluster that does not answer is
+  // no failure (the ack stands).
+  void finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
+                  std::uint64_t revision);
   // Uniform in [0, 1), for backoff jitter.
   double unit() { return static_cast<double>(random_() >> 11) * 0x1.0p-53; }
 
  private:
   Client& client_;
   const Clock& clock_;
+  DeadLetters& dead_;
+  bool present(const std::string& stream, std::uint64_t seq);
   std::mt19937_64 random_;
   Groups* groups_ = nullptr;
 };

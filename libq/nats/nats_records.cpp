@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "records.hpp"
+
 namespace q::nats {
 
 using json = nlohmann::json;
@@ -78,6 +80,40 @@ Lease Lease::decode(const std::string& text) {
     throw Error(ErrorKind::Io, fmt::format("a lease record is damaged ({})", e.what()));
   }
   return l;
+}
+
+Message message_of(natsMsg* msg, std::uint64_t seq) {
+  Message m;
+  m.id = header(msg, "Q-Id");
+  if (m.id.empty()) m.id = store::message_id(seq);
+  m.body.assign(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+  try {
+    if (auto a = header(msg, "Q-Attrs"); !a.empty())
+      for (const auto& kv : json::parse(a)) m.attributes.emplace_back(kv.at(0), kv.at(1));
+    if (auto d = header(msg, "Q-Dedup"); !d.empty()) m.dedup_id = json::parse(d);
+    if (auto r = header(msg, "Q-Reason"); !r.empty()) m.reason = json::parse(r);
+    if (auto t = header(msg, "Q-Sent-At"); !t.empty()) m.sent_at = std::stoll(t);
+    if (auto n = header(msg, "Q-Receives"); !n.empty()) m.receive_count = std::stoul(n);
+    if (auto t = header(msg, "Q-Dead-At"); !t.empty()) {
+      m.dead_at = std::stoll(t);
+      m.state = MessageState::Dead;
+    }
+    if (auto t = header(msg, "Q-First-Received"); !t.empty() && t != "0")
+      m.first_received_at = std::stoll(t);
+    if (auto t = header(msg, "Q-Last-Received"); !t.empty() && t != "0")
+      m.last_received_at = std::stoll(t);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Io,
+                fmt::format("message {}: its headers are damaged ({})", m.id, e.what()));
+  }
+  m.visible_at = m.sent_at;
+  return m;
+}
+
+void copy_message_headers(natsMsg* from, natsMsg* to, const std::string& id) {
+  natsMsgHeader_Set(to, "Q-Id", id.c_str());
+  for (const char* key : {"Q-Sent-At", "Q-Dedup", "Q-Attrs"})
+    if (auto v = header(from, key); !v.empty()) natsMsgHeader_Set(to, key, v.c_str());
 }
 
 std::string header(natsMsg* msg, const char* key) {

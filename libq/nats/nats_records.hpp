@@ -33,6 +33,14 @@ struct Names {
   static std::string lease_key(const std::string& queue, std::uint64_t seq) {
     return lease_prefix(queue) + std::to_string(seq);
   }
+  // Dead letters of a queue: one stream, one subject per message id (at most
+  // one message each, so a move repeated after the dedup window replaces).
+  std::string dead_stream(const std::string& queue) const {
+    return "QD_" + ns + "_" + encode_name(queue);
+  }
+  std::string dead_subject(const std::string& queue, const std::string& id) const {
+    return "qd." + ns + "." + encode_name(queue) + "." + id;
+  }
 };
 
 // The settings record of a queue (key config.<queue>): JSON.
@@ -49,7 +57,7 @@ StoredQueue parse_config(const std::string& queue, const Record& record);
 // the message id and `nonce`; any write of the record goes through a CAS on
 // its revision, so of two racing writers exactly one wins.
 struct Lease {
-  enum State : char { Leased = 'l', Released = 'r', Acked = 'a' };
+  enum State : char { Leased = 'l', Released = 'r', Acked = 'a', Dead = 'd' };
   State state = Leased;
   std::uint64_t nonce = 0;  // of the receipt of the current delivery
   Millis until = 0;         // Leased: visible again at; Released: delayed until
@@ -64,6 +72,15 @@ struct Lease {
   std::string encode() const;
   static Lease decode(const std::string& text);  // Error(Io) when damaged
 };
+
+// A q message as stored on a queue's stream or a dead-letter stream: its id
+// is the Q-Id header (kept through a redrive), else m<`seq`>; body, attributes,
+// dedup id and sent_at from the headers; a dead letter's reason, receive
+// count and times too.
+Message message_of(natsMsg* msg, std::uint64_t seq);
+// Copies the headers that travel with a message when it moves (Q-Id, Q-Sent-At,
+// Q-Dedup, Q-Attrs); Q-Id is set to `id`.
+void copy_message_headers(natsMsg* from, natsMsg* to, const std::string& id);
 
 // A header of a NATS message; empty when absent.
 std::string header(natsMsg* msg, const char* key);

@@ -23,6 +23,16 @@
 #                         its own N; the seed is printed at the start of each test
 #   wait_for SECONDS CMD...   run CMD until it succeeds; 1 after SECONDS (poll, no
 #                         fixed sleep; the limit scales with Q_TEST_TIME_SCALE)
+#   $Q_TEST_LOCATION      when set to a nats:// location (nats://HOST:PORT,.../ANY),
+#                         the test runs against that cluster: Q_FILE is the same
+#                         servers with a namespace of this test's own, so tests
+#                         (and runs) never see each other's queues
+#   on_nats               true when the test runs against a nats:// location
+#   file_backend_only REASON  skip (77) when on NATS: the test needs what only a
+#                         queue file has, or what the NATS backend lacks yet
+#                         (REASON says which; README lists the differences)
+#   nats_lacks FEATURE    true when on NATS and the backend lacks FEATURE (the
+#                         list _NATS_LACKS below, the one place to update)
 #
 # Assertions print the command, its exit code, stdout and stderr when they fail,
 # so a failure report is enough to see what q did.
@@ -96,6 +106,20 @@ unset Q_NO_SYNC Q_LOCK_TIMEOUT XDG_DATA_HOME
 export HOME=$T/home
 mkdir -p "$HOME"
 export Q_FILE=$T/test.q
+if [[ ${Q_TEST_LOCATION:-} == nats://* ]]; then
+  # A namespace of this test's own: 1-32 letters, digits and '-'.
+  _ns=$(printf '%s' "${TEST_NAME#test_}" | tr -c 'a-zA-Z0-9' '-' | cut -c1-16)
+  export Q_FILE="${Q_TEST_LOCATION%/*}/t-$_ns-$$-$((SRANDOM % 100000))"
+fi
+on_nats() { [[ $Q_FILE == nats://* ]]; }
+# What the NATS backend does not have (yet): lifetime counters other than sent,
+# delayed messages, FIFO queues, pause/resume, show and attempt history,
+# export/import, backup, verify, a queue's shared rate, q work's stages (--to).
+_NATS_LACKS=" counters delay fifo pause show export import backup verify rate stage "
+nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
+file_backend_only() {
+  if on_nats; then skip "on NATS: $*"; fi
+}
 export LC_ALL=C
 
 fail() {

@@ -7,7 +7,7 @@ RFC3339_MS_RE='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z
 
 # ---- create -------------------------------------------------------------------
 assert_exit 0 "$Q" create jobs
-[[ -f $Q_FILE ]] || fail "q create did not make the queue file $Q_FILE"
+on_nats || [[ -f $Q_FILE ]] || fail "q create did not make the queue file $Q_FILE"
 assert_exit 0 "$Q" create jobs   # the same settings again: fine
 assert_exit 0 "$Q" list
 assert_eq "jobs" "$OUT" "q list after create"
@@ -177,7 +177,7 @@ assert_exit 0 "$Q" receive jobs -n 2 --json
 receipts=$(jq -r .receipt <<<"$OUT")
 assert_exit_in 0 "$receipts"$'\n\n' "$Q" ack jobs
 assert_exit 0 "$Q" stats jobs --json
-assert_eq $((acked_before + 2)) "$(jq .acked <<<"$OUT")" "ack from stdin acked both"
+nats_lacks counters || assert_eq $((acked_before + 2)) "$(jq .acked <<<"$OUT")" "ack from stdin acked both"
 assert_eq 0 "$(jq .in_flight <<<"$OUT")" "ack from stdin: nothing in flight"
 
 # Malformed receipts: 65, and the good ones of the same call are still acked.

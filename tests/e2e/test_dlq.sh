@@ -25,9 +25,13 @@ assert_exit 1 "$Q" receive mail
 s=$(stats_json mail)
 assert_eq 1 "$(jq .dead <<<"$s")" "stats: dead 1"
 assert_eq 0 "$(jq .visible <<<"$s")" "stats: visible 0 after dead-lettering"
-assert_eq 1 "$(jq .dead_lettered <<<"$s")" "stats: dead_lettered 1"
-assert_eq 2 "$(jq .nacked <<<"$s")" "stats: nacked 2"
-assert_eq 2 "$(jq .received <<<"$s")" "stats: received 2"
+if nats_lacks counters; then
+  skip_part "lifetime counters (dead_lettered, nacked, received, redriven) are not kept on NATS"
+else
+  assert_eq 1 "$(jq .dead_lettered <<<"$s")" "stats: dead_lettered 1"
+  assert_eq 2 "$(jq .nacked <<<"$s")" "stats: nacked 2"
+  assert_eq 2 "$(jq .received <<<"$s")" "stats: received 2"
+fi
 
 assert_exit 0 "$Q" dlq list mail --json
 assert_eq 1 "$(grep -c . <<<"$OUT")" "dlq list --json: one dead letter"
@@ -46,11 +50,10 @@ assert_contains "$OUT" "to: bob" "dlq list (text) shows the body"
 assert_eq 2 "$(grep -c . <<<"$OUT")" "dlq list (text): a header and one row"
 
 # redrive --dry-run lists, moves nothing.
-cp "$Q_FILE" "$T/before.q"
 assert_exit 0 "$Q" redrive mail --dry-run
 assert_eq "would redrive $id" "$OUT" "redrive --dry-run prints the id"
 assert_eq 1 "$(stat_field mail dead)" "redrive --dry-run: still dead"
-assert_eq 0 "$(stat_field mail redriven)" "redrive --dry-run: redriven 0"
+nats_lacks counters || assert_eq 0 "$(stat_field mail redriven)" "redrive --dry-run: redriven 0"
 assert_exit 1 "$Q" receive mail
 assert_exit 0 "$Q" dlq list mail --json
 assert_eq "$id" "$(jq -r .id <<<"$OUT")" "redrive --dry-run: still in the dlq"
@@ -61,7 +64,7 @@ assert_eq "$id" "$OUT" "redrive prints the id moved"
 s=$(stats_json mail)
 assert_eq 0 "$(jq .dead <<<"$s")" "after redrive: dead 0"
 assert_eq 1 "$(jq .visible <<<"$s")" "after redrive: visible 1"
-assert_eq 1 "$(jq .redriven <<<"$s")" "after redrive: redriven 1"
+nats_lacks counters || assert_eq 1 "$(jq .redriven <<<"$s")" "after redrive: redriven 1"
 assert_exit 0 "$Q" dlq list mail
 assert_eq "" "$OUT" "after redrive: dlq list empty"
 assert_exit 1 "$Q" redrive mail
@@ -117,10 +120,18 @@ assert_exit 0 "$Q" send work dead-one
 receipt_of work --visibility-timeout 0s >/dev/null
 assert_exit 1 "$Q" receive work   # dead-letters it
 run_in $'v1\nv2\nv3\n' "$Q" send work --lines
-assert_exit 0 "$Q" send work delayed --delay 1h
-receipt_of work >/dev/null   # one in flight
-s=$(stats_json work)
-assert_eq "2 1 1 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "before purge: visible in_flight delayed dead"
+if nats_lacks delay; then
+  skip_part "delayed messages (send --delay) are not on NATS yet"
+  assert_exit 0 "$Q" send work not-delayed
+  receipt_of work >/dev/null   # one in flight
+  s=$(stats_json work)
+  assert_eq "3 1 0 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "before purge: visible in_flight delayed dead"
+else
+  assert_exit 0 "$Q" send work delayed --delay 1h
+  receipt_of work >/dev/null   # one in flight
+  s=$(stats_json work)
+  assert_eq "2 1 1 1" "$(jq -r '"\(.visible) \(.in_flight) \(.delayed) \(.dead)"' <<<"$s")" "before purge: visible in_flight delayed dead"
+fi
 assert_exit 0 "$Q" purge work
 assert_eq "q purge: purged 4 messages from work" "$ERR" "purge output"
 s=$(stats_json work)

@@ -3,6 +3,7 @@
 # never followed through a symbolic link, never left behind by a crash,
 # never one of the queue's own files, and never looser than the original.
 source "$(dirname "$0")/lib.sh" "$@"
+file_backend_only "queue files: paths, symbolic links, locks, crashes"
 
 VICTIM=$T/victim
 reset_victim() { printf 'precious\n' >"$VICTIM"; chmod 644 "$VICTIM"; }

@@ -2,6 +2,7 @@
 # §5). Users are switched with setpriv (uids 40001/40002, group 40000; no
 # accounts needed), which needs root: without it this test is skipped (77).
 source "$(dirname "$0")/lib.sh" "$@"
+file_backend_only "queue files and their permissions for other users"
 if [[ $(id -u) != 0 ]] || ! command -v setpriv >/dev/null; then
   echo "test_files_users: skipped: needs root and setpriv (to act as other users)" >&2
   trap - EXIT

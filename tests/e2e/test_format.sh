@@ -6,6 +6,7 @@
 # live in the unit test (test_format.cpp), which runs its clock from the file's
 # making; this test runs the real binary.
 source "$(dirname "$0")/lib.sh" "$@"
+file_backend_only "reading and upgrading queue files of an older format"
 
 FIXTURE=$(cd "$(dirname "$0")/../fixtures" && pwd)/format1.q
 cp "$FIXTURE" "$Q_FILE"

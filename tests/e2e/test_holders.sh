@@ -3,6 +3,7 @@
 # at once (reason "holder died"), not at the end of its visibility timeout; a
 # living holder, even one that is stopped, keeps it.
 source "$(dirname "$0")/lib.sh" "$@"
+file_backend_only "holder release (a dead consumer's messages freed at once) is not on NATS; they wait for their visibility timeout"
 scale=${Q_TEST_TIME_SCALE:-1}
 
 assert_exit 0 "$Q" create H --visibility-timeout 5m --max-receives 5

@@ -4,6 +4,7 @@
 # exit 77. Users are switched with setpriv (uid 40011, no account needed),
 # which needs root: without it this test is skipped (77).
 source "$(dirname "$0")/lib.sh" "$@"
+file_backend_only "read-only opens of a queue file"
 if [[ $(id -u) != 0 ]] || ! command -v setpriv >/dev/null; then
   echo "test_ops_readonly: skipped: needs root and setpriv (to act as another user)" >&2
   trap - EXIT

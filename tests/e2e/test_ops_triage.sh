@@ -4,6 +4,7 @@
 # without receipts. Reading as a user who may not write the file is in
 # test_ops_readonly.sh (it needs root).
 source "$(dirname "$0")/lib.sh" "$@"
+nats_lacks show && skip "on NATS: q show and the attempt history, pause/resume and import are not there yet"
 
 # ---- q show: a message that failed twice, then succeeded ------------------------------
 "$Q" create jobs --max-receives 5 >/dev/null

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # q stats: depth by state, oldest age and the lifetime counters, as text and JSON.
 source "$(dirname "$0")/lib.sh" "$@"
+nats_lacks counters && skip "on NATS: lifetime counters (received, acked, redriven, ...) are not kept there"
 
 assert_exit 0 "$Q" create st --max-receives 1
 

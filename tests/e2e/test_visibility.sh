@@ -104,7 +104,11 @@ assert_eq 1 "$(stat_field ext in_flight)" "extended message still in flight afte
 assert_exit 0 "$Q" extend ext "$r" --by 200ms   # heartbeat: the receipt stays valid
 assert_exit 0 "$Q" ack ext "$r"
 assert_exit 1 "$Q" receive ext
-assert_eq "0 0 1" "$(stats_json ext | jq -r '"\(.in_flight) \(.visible) \(.acked)"')" "acked after extend"
+if nats_lacks counters; then
+  assert_eq "0 0" "$(stats_json ext | jq -r '"\(.in_flight) \(.visible)"')" "acked after extend"
+else
+  assert_eq "0 0 1" "$(stats_json ext | jq -r '"\(.in_flight) \(.visible) \(.acked)"')" "acked after extend"
+fi
 # Extending may also shorten the lease.
 assert_exit 0 "$Q" send ext shorten
 receive_json ext
@@ -135,7 +139,7 @@ r2=$(jq -r .receipt <<<"$MSG")
 [[ $r2 != "$r1" ]] || fail "delivery after nack reused the receipt"
 assert_exit 3 "$Q" ack nack "$r1"
 assert_exit 0 "$Q" ack nack "$r2"
-assert_eq 1 "$(stat_field nack nacked)" "nacked counter"
+nats_lacks counters || assert_eq 1 "$(stat_field nack nacked)" "nacked counter"
 
 # nack --delay 1h: delayed, not visible, not in flight.
 assert_exit 0 "$Q" create nackd
@@ -172,15 +176,19 @@ assert_eq 2 "$(jq -r .receive_count <<<"$MSG")" "nack --delay 200ms: second deli
 assert_exit 0 "$Q" ack nacks "$(jq -r .receipt <<<"$MSG")"
 
 # ---- send --delay ---------------------------------------------------------------------------
-assert_exit 0 "$Q" create delay
-assert_exit 0 "$Q" send delay in-an-hour --delay 1h
-assert_eq "0 0 1" "$(stats_json delay | jq -r '"\(.visible) \(.in_flight) \(.delayed)"')" "send --delay 1h: delayed"
-assert_exit 1 "$Q" receive delay
-assert_exit 0 "$Q" send delay soon --delay 200ms
-sleep 0.3
-assert_eq "1 1" "$(stats_json delay | jq -r '"\(.visible) \(.delayed)"')" "send --delay 200ms: visible after the delay"
-receive_json delay
-assert_eq "soon" "$(jq -r .body <<<"$MSG")" "delayed send: delivered after its delay"
-assert_eq 1 "$(jq -r .receive_count <<<"$MSG")" "delayed send: first delivery"
-assert_exit 0 "$Q" ack delay "$(jq -r .receipt <<<"$MSG")"
-assert_exit 1 "$Q" receive delay
+if nats_lacks delay; then
+  skip_part "delayed messages (send --delay) are not on NATS yet"
+else
+  assert_exit 0 "$Q" create delay
+  assert_exit 0 "$Q" send delay in-an-hour --delay 1h
+  assert_eq "0 0 1" "$(stats_json delay | jq -r '"\(.visible) \(.in_flight) \(.delayed)"')" "send --delay 1h: delayed"
+  assert_exit 1 "$Q" receive delay
+  assert_exit 0 "$Q" send delay soon --delay 200ms
+  sleep 0.3
+  assert_eq "1 1" "$(stats_json delay | jq -r '"\(.visible) \(.delayed)"')" "send --delay 200ms: visible after the delay"
+  receive_json delay
+  assert_eq "soon" "$(jq -r .body <<<"$MSG")" "delayed send: delivered after its delay"
+  assert_eq 1 "$(jq -r .receive_count <<<"$MSG")" "delayed send: first delivery"
+  assert_exit 0 "$Q" ack delay "$(jq -r .receipt <<<"$MSG")"
+  assert_exit 1 "$Q" receive delay
+fi

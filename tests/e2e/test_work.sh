@@ -26,7 +26,7 @@ assert_contains "$log" "attr=v1" "attribute my-key as Q_ATTR_MY_KEY"
 assert_contains "$log" "file=$Q_FILE" "Q_FILE"
 assert_contains "$log" $'body=line one\nline two\n|' "body on stdin, verbatim"
 assert_eq 0 "$(stat_field jobs visible)" "acked after exit 0"
-assert_eq 1 "$(stat_field jobs acked)" "acked after exit 0"
+nats_lacks counters || assert_eq 1 "$(stat_field jobs acked)" "acked after exit 0"
 
 # ---- failing twice, then succeeding: retried with backoff, then acked -------------
 cat >"$T/flaky.sh" <<'EOF'
@@ -47,8 +47,12 @@ gap2=$((times[2] - times[1]))
 # Full jitter: the n-th retry waits up to base * 2^(n-1) (300 ms, then 600 ms).
 ((gap1 <= 300 + 400)) || fail "first retry after ${gap1} ms, over its 300 ms ceiling"
 ((gap2 <= 600 + 400)) || fail "second retry after ${gap2} ms, over its 600 ms ceiling"
-assert_eq 2 "$(stat_field jobs acked)" "acked once it succeeded"
-assert_eq 2 "$(stat_field jobs nacked)" "two releases"
+if nats_lacks counters; then
+  skip_part "lifetime counters (acked, nacked, ...) are not kept on NATS"
+else
+  assert_eq 2 "$(stat_field jobs acked)" "acked once it succeeded"
+  assert_eq 2 "$(stat_field jobs nacked)" "two releases"
+fi
 
 # ---- exit 65 dead-letters at once, with the reason ----------------------------------
 "$Q" send jobs poison >/dev/null
@@ -126,15 +130,19 @@ assert_eq 1 "$(stat_field jobs visible)" "released: visible again at once"
 "$Q" purge jobs >/dev/null
 
 # ---- idempotency keys ----------------------------------------------------------------
-: >"$T/runs"
-"$Q" send jobs --attr order=A1 "first A1" >/dev/null
-assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -q -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
-"$Q" send jobs --attr order=A1 "repeat A1" >/dev/null
-"$Q" send jobs --attr order=B2 "B2" >/dev/null
-assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
-assert_contains "$ERR" "1 skipped repeats" "the repeat is counted as skipped"
-assert_eq $'first A1\nB2' "$(cat "$T/runs")" "a repeated key is acked without running"
-assert_eq 0 "$(stat_field jobs visible)" "the repeat was acked"
+if nats_lacks idempotency; then
+  skip_part "idempotency keys of q work are not on NATS yet"
+else
+  : >"$T/runs"
+  "$Q" send jobs --attr order=A1 "first A1" >/dev/null
+  assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -q -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
+  "$Q" send jobs --attr order=A1 "repeat A1" >/dev/null
+  "$Q" send jobs --attr order=B2 "B2" >/dev/null
+  assert_exit 0 "$Q" work jobs --idempotency-key order --exit-when-empty -- sh -c 'cat >>"$T/runs"; echo >>"$T/runs"'
+  assert_contains "$ERR" "1 skipped repeats" "the repeat is counted as skipped"
+  assert_eq $'first A1\nB2' "$(cat "$T/runs")" "a repeated key is acked without running"
+  assert_eq 0 "$(stat_field jobs visible)" "the repeat was acked"
+fi
 
 # ---- cron mode and usage errors --------------------------------------------------------
 assert_exit 0 "$Q" work jobs --exit-when-empty -q -- true
@@ -147,22 +155,26 @@ assert_exit 64 "$Q" work jobs
 assert_exit 66 "$Q" work nosuchqueue -- true
 
 # ---- a shared --rate holds for all runners together -------------------------------------
-"$Q" create limited --rate 20/s --visibility-timeout 30s || die "create limited"
-seq 200 | "$Q" send limited --lines -q
-: >"$T/starts"
-pids=()
-for r in $(seq 10); do
-  "$Q" work limited -j 4 -q -- sh -c 'date +%s%3N >>"$T/starts"' &
-  pids+=($!)
-done
-sleep 2.6
-kill -TERM "${pids[@]}"
-wait "${pids[@]}"
-n=$(wc -l <"$T/starts")
-((n >= 30)) || fail "only $n starts in 2.6 s at 20/s"
-max=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
-  best = 0; j = 1
-  for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000) j++; if (i - j + 1 > best) best = i - j + 1 }
-  print best }')
-((max <= 24)) || fail "$max starts within one second under a shared 20/s limit"
-echo "rate: $n starts in 2.6 s, at most $max in any second" >&2
+if nats_lacks rate; then
+  skip_part "a queue's shared --rate is not on NATS yet"
+else
+  "$Q" create limited --rate 20/s --visibility-timeout 30s || die "create limited"
+  seq 200 | "$Q" send limited --lines -q
+  : >"$T/starts"
+  pids=()
+  for r in $(seq 10); do
+    "$Q" work limited -j 4 -q -- sh -c 'date +%s%3N >>"$T/starts"' &
+    pids+=($!)
+  done
+  sleep 2.6
+  kill -TERM "${pids[@]}"
+  wait "${pids[@]}"
+  n=$(wc -l <"$T/starts")
+  ((n >= 30)) || fail "only $n starts in 2.6 s at 20/s"
+  max=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
+    best = 0; j = 1
+    for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000) j++; if (i - j + 1 > best) best = i - j + 1 }
+    print best }')
+  ((max <= 24)) || fail "$max starts within one second under a shared 20/s limit"
+  echo "rate: $n starts in 2.6 s, at most $max in any second" >&2
+fi

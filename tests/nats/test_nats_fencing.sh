@@ -23,7 +23,8 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-fence.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; "$cluster" stop "$dir/c" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 urls=$("$cluster" start "$dir/c" 3) || { echo "FAIL: cluster start"; exit 1; }
 export Q_FILE="$urls/fence"
-"$Q" create race --visibility-timeout 1s || { echo "FAIL: create"; exit 1; }
+# Never dead-lettered (max receives 0): every message must end acked.
+"$Q" create race --visibility-timeout 1s --max-receives 0 || { echo "FAIL: create"; exit 1; }
 seq 1 "$messages" | "$Q" send race --lines >/dev/null || { echo "FAIL: send"; exit 1; }
 
 consumer() {  # N: receive, hold 0-2 s, ack; log "ID EXIT" per ack

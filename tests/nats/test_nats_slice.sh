@@ -161,9 +161,9 @@ woke=$(($(cat "$dir/poll.end") - sent))
 echo "long poll returned ${woke} ms after the send"
 
 # ---- not yet on this backend: a clear refusal ---------------------------------------------
-q peek jobs
-expect 64 "peek (not yet on nats://)"
-[[ $ERR == *"not available on nats:// locations yet"* ]] || fail "peek: '$ERR'"
+q export jobs
+expect 64 "export (not yet on nats://)"
+[[ $ERR == *"not available on nats:// locations yet"* ]] || fail "export: '$ERR'"
 
 ((fails == 0)) && echo "PASS: NATS slice"
 exit $((fails > 0))
