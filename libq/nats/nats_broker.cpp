@@ -11,15 +11,21 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "nats_client.hpp"
 #include "nats_dead.hpp"
+#include "nats_delay.hpp"
+#include "nats_groups.hpp"
 #include "nats_leases.hpp"
+#include "nats_rate.hpp"
 #include "nats_records.hpp"
 #include "nats_send.hpp"
+#include "nats_watch.hpp"
+#include "sha256.hpp"
 #include "records.hpp"
 #include "rules.hpp"
 #include "sha256.hpp"
@@ -62,13 +68,13 @@ class NatsBroker final : public Broker {
   NatsBroker(const nats::Location& location, Millis timeout, const Clock* clock)
       : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
     replicas_ = std::min(3, client_.cluster_size());
+    leases_.use_groups(&groups_);
     client_.open_bucket("q_" + location.ns, replicas_);
   }
 
   // ---- queues ---------------------------------------------------------------
 
   bool do_create_queue(const std::string& queue, const ConfigChange& change) override {
-    if (change.fifo && *change.fifo) not_yet("FIFO queues (--fifo)");
     QueueConfig config = apply(QueueConfig{}, change);
     for (int attempt = 0; attempt < 5; ++attempt) {
       if (auto have = load(queue)) {
@@ -122,6 +128,8 @@ class NatsBroker final : public Broker {
     client_.purge(Names::lease_prefix(queue) + "*");
     client_.purge("done." + nats::encode_name(queue) + ".*");
     counts.dead_letters = dead_.delete_stream(queue);
+    client_.purge(nats::Groups::wait_prefix(queue) + "*");
+    client_.purge(nats::RateBudget::key(queue));
     return counts;
   }
 
@@ -146,10 +154,12 @@ class NatsBroker final : public Broker {
     }
     if (!have) no_such_queue(queue);
     const QueueConfig& config = have->config;
-    if (config.fifo) not_yet("sending to a FIFO queue");
     check_send_against(queue, config, messages, options);
-    if (options.at || (options.delay && *options.delay > 0) || (!options.delay && config.delay > 0))
-      not_yet("delayed messages (--delay, --at, a queue's delay)");
+    if (config.content_dedup)
+      for (auto& m : messages)
+        if (m.dedup_id.empty()) m.dedup_id = sha256_hex(m.body);
+    Millis now = clock_->now();
+    Millis visible_at = nats::send_visible_at(queue, config, options, now);
     std::size_t max_payload = static_cast<std::size_t>(natsConnection_GetMaxPayload(client_.nc()));
     std::size_t index = 0;
     for (const auto& m : messages) {
@@ -171,7 +181,16 @@ class NatsBroker final : public Broker {
                                 "fit, nothing was sent",
                                 queue, depth, config.max_depth, messages.size()));
     }
-    return nats::Publisher(client_, names_, *clock_).publish(queue, config, messages);
+    nats::Publisher publisher(client_, names_, *clock_);
+    if (visible_at > now) publisher.visible_at(visible_at);
+    auto results = publisher.publish(queue, config, messages);
+    if (visible_at > now) {
+      std::vector<std::uint64_t> seqs;
+      for (const auto& r : results)
+        if (!r.duplicate) seqs.push_back(*store::parse_message_id(r.id));
+      nats::mark_delayed(client_, queue, seqs, visible_at);
+    }
+    return results;
   }
 
   // ---- receive and the lease records ------------------------------------------
@@ -179,19 +198,31 @@ class NatsBroker final : public Broker {
   std::vector<Message> do_receive(const std::string& queue,
                                   const ReceiveOptions& options) override {
     StoredQueue have = must_load(queue);
-    if (have.config.fifo) not_yet("receiving from a FIFO queue");
-    if (options.rate_limited && have.config.rate > 0) not_yet("a queue's shared --rate");
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
     int rounds = 0;
     auto start = std::chrono::steady_clock::now();
+    auto left = [&] {
+      return options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+    };
+    // The queue's shared rate (nats_rate.hpp): starts are taken before the
+    // pull, and those not used given back after it.
+    std::uint64_t want = options.max_messages;
+    const bool rated = options.rate_limited && have.config.rate > 0;
+    if (rated) {
+      while ((want = rate_.take(queue, have.config.rate, options.max_messages)) == 0) {
+        Millis until = rate_.ready_at(queue, have.config.rate) - clock_->now();
+        if (left() <= 0) return got;
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::clamp<Millis>(until, 1, left())));
+      }
+    }
     for (;;) {
-      Millis left = options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::steady_clock::now() - start)
-                                       .count();
-      auto batch = pull(queue, static_cast<int>(options.max_messages - got.size()),
-                        std::max<Millis>(left, 0));
+      Millis wait = left();
+      auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0));
       std::size_t passed = 0;
       for (auto& msg : batch) {
         if (auto m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives))
@@ -199,14 +230,16 @@ class NatsBroker final : public Broker {
         else
           ++passed;
       }
-      if (got.size() >= options.max_messages) return got;
+      if (got.size() >= want) break;
       // Deliveries passed over (dead-lettered, still leased and re-armed,
-      // acked meanwhile) are not the end: look again at once, as a receive
-      // on a file goes on to the next message. Each passed delivery is gone or
-      // re-armed for later, so this ends.
+      // acked meanwhile, delayed, their group held) are not the end: look
+      // again at once, as a receive on a file goes on to the next message.
+      // Each passed delivery is gone or re-armed for later, so this ends.
       if (passed > 0 && ++rounds < 1000) continue;
-      if (!got.empty() || left <= 0) return got;
+      if (!got.empty() || wait <= 0) break;
     }
+    if (rated) rate_.give_back(queue, have.config.rate, want - got.size());
+    return got;
   }
 
   std::vector<ReceiptResult> do_ack(const std::string& queue,
@@ -223,7 +256,6 @@ class NatsBroker final : public Broker {
       ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
       try {
         auto [seq, lease, revision] = leases_.current(queue, receipt);
-        (void)seq;
         Lease acked = lease;
         acked.state = Lease::Acked;
         auto rev = leases_.change(queue, receipt, seq, acked, revision);
@@ -231,6 +263,9 @@ class NatsBroker final : public Broker {
         // again (one that gets it finishes this ack). Now tell JetStream; if
         // the cluster does not answer, the ack stands all the same.
         leases_.finish_ack(names_.stream(queue), seq, lease.reply, rev);
+        // FIFO: the group's next message, passed over while this one was its
+        // head, goes back to JetStream now (nats_groups.hpp).
+        if (!lease.group.empty()) groups_.wake_next(queue, lease.group, seq);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
         result.outcome =
@@ -301,6 +336,7 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK) client_.fail("purging queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    client_.purge(nats::Groups::wait_prefix(queue) + "*");
     return removed;
   }
 
@@ -449,22 +485,33 @@ class NatsBroker final : public Broker {
   // stream's count and the leases, as stats.
   Millis do_next_delivery(const std::string& queue, bool rate_limited) override {
     StoredQueue have = must_load(queue);
-    if (rate_limited && have.config.rate > 0) not_yet("a queue's shared --rate");
+    jsStreamState state = stream_state(queue);
+    if (state.Msgs == 0) return INT64_MAX;
     Millis now = clock_->now();
-    Millis next = INT64_MAX;
-    QueueStats st = stats_of(queue, have, &next);
-    return st.visible > 0 ? now : next;
+    std::uint64_t held = 0;
+    Millis earliest = INT64_MAX;
+    client_.each(Names::lease_prefix(queue) + "*", [&](const std::string& key, const Record& r) {
+      std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
+      if (seq < state.FirstSeq) return;
+      Lease l = Lease::decode(r.value);
+      if (l.state == Lease::Acked || l.until > now) {
+        ++held;
+        if (l.state != Lease::Acked) earliest = std::min(earliest, l.until);
+      }
+    });
+    // A FIFO queue delivers group heads: a group is free when no lease in the
+    // future holds it (a delayed message behind its head counts too: that
+    // answers later than could be, never earlier).
+    std::uint64_t ready =
+        have.config.fifo ? static_cast<std::uint64_t>(state.NumSubjects) : state.Msgs;
+    Millis next = ready > held ? INT64_MIN : earliest;
+    if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
+      next = std::max(next, rate_.ready_at(queue, have.config.rate));
+    return next;
   }
-
-  // No file to watch: a consumer polls (q work looks at least once a second)
-  // and receive --wait is the long poll.
-  std::unique_ptr<ChangeWatch> do_watch() override {
-    struct NoWatch final : ChangeWatch {
-      int fd() const override { return -1; }
-      void drain() override {}
-    };
-    return std::make_unique<NoWatch>();
-  }
+  // A core NATS subscription to the namespace's publishes and lease
+  // records (nats_watch.hpp): a waiting q work is woken by a send.
+  std::unique_ptr<ChangeWatch> do_watch() override;
 
   // Idempotency keys: a record done.<Q>.<sha256 of key> = {until}. Written
   // before the ack (no transaction spans both): a crash between leaves the
@@ -518,7 +565,6 @@ class NatsBroker final : public Broker {
                                 std::vector<OutgoingMessage>, const SendOptions&) override {
     not_yet("q work --to (ack and send)");
   }
-
   void do_export_messages(const std::string&, const std::function<void(const Message&)>&) override {
     not_yet("q export");
   }
@@ -542,6 +588,8 @@ class NatsBroker final : public Broker {
   int replicas_ = 1;
   nats::DeadLetters dead_{client_, names_, *clock_, replicas_};
   nats::LeaseBook leases_{client_, *clock_, dead_};
+  nats::Groups groups_{client_, names_};
+  nats::RateBudget rate_{client_, *clock_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));
@@ -564,7 +612,8 @@ class NatsBroker final : public Broker {
 
   void ensure_stream(const std::string& queue, const QueueConfig& c, bool create) {
     std::string name = names_.stream(queue);
-    std::string subj = names_.subject(queue);
+    // A FIFO queue: one subject per message group (nats_groups.hpp).
+    std::string subj = c.fifo ? groups_.filter(queue) : names_.subject(queue);
     const char* subjects[] = {subj.c_str()};
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
@@ -738,9 +787,17 @@ class NatsBroker final : public Broker {
     if (state.Msgs > 0) st.oldest_age = std::max<Millis>(0, now - state.FirstTime / kNs);
     st.counters.sent = state.LastSeq;
     st.dead = dead_.count(queue);
+    if (have.config.fifo) {
+      // Groups with messages: the group subjects in the stream. Only heads
+      // are leased, so the messages in flight are the held groups.
+      st.groups = static_cast<std::uint64_t>(state.NumSubjects);
+      st.held_groups = st.in_flight;
+    }
     return st;
   }
 };
+
+std::unique_ptr<ChangeWatch> NatsBroker::do_watch() { return nats::watch(client_, names_.ns); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nats_delay.hpp"
 #include "records.hpp"
 
 namespace q::nats {
@@ -26,11 +27,24 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
   std::uint64_t seq = meta->Sequence.Stream;
   std::string reply = natsMsg_GetReply(msg) ? natsMsg_GetReply(msg) : "";
   std::string key = Names::lease_key(queue, seq);
+  std::string group = header(msg, "Q-Group");
+  if (!group.empty() && groups_ &&
+      !groups_->admit(queue, natsMsg_GetSubject(msg), seq, reply, clock_.now(), ack_wait))
+    return std::nullopt;
   for (int attempt = 0; attempt < 3; ++attempt) {
     Millis now = clock_.now();
     auto cur = client_.get(key);
     Lease prev;
     if (cur) prev = Lease::decode(cur->value);
+    if (!cur) {
+      // Delayed at its send (nats_delay.hpp), and the send's lease record is
+      // not there (yet): write it from the header, as the send would have.
+      if (Millis at = header_visible_at(msg); at > now) {
+        if (!client_.put_if(key, delayed_lease(at).encode(), 0)) continue;
+        client_.request(reply, nak_body(at - now));
+        return std::nullopt;
+      }
+    }
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
       finish_ack(meta->Stream, seq, reply, cur->revision);
@@ -70,13 +84,15 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     while (l.nonce == 0);
     l.until = now + vt;
     l.received_at = now;
-    l.first_received_at = cur ? prev.first_received_at : now;
+    l.first_received_at = cur && prev.receives > 0 ? prev.first_received_at : now;
     l.receives = (cur ? prev.receives : 0) + 1;
     l.reply = reply;
     l.reason = prev.reason;
+    if (!group.empty()) l.group = natsMsg_GetSubject(msg);
     if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
     if (vt != ack_wait) client_.request(reply, nak_body(vt));
     Message m = message_of(msg, seq);
+    if (!group.empty()) m.group = json::parse(group);
     m.receipt = store::receipt(seq, l.nonce);
     m.receive_count = l.receives;
     m.state = MessageState::InFlight;

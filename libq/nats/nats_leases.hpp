@@ -10,6 +10,7 @@
 
 #include "broker.hpp"
 #include "nats_client.hpp"
+#include "nats_groups.hpp"
 #include "nats_dead.hpp"
 #include "nats_records.hpp"
 
@@ -45,6 +46,9 @@ class LeaseBook {
   // Moves JetStream's redelivery of a pending message to now + delay; a
   // cluster that does not answer is no failure (the lease rules).
   void rearm(const std::string& reply, Millis delay);
+  // FIFO queues: deliveries of a group's message other than its head are
+  // passed over (nats_groups.hpp).
+  void use_groups(Groups* groups) { groups_ = groups; }
   // After the CAS to acked: +ACK, and once the message is gone from `stream`,
   // the lease (at `revision`) is removed. Until then the acked lease stays
   // (a receive that meets it finishes the ack): a lease is never missing
@@ -62,6 +66,7 @@ class LeaseBook {
   DeadLetters& dead_;
   bool present(const std::string& stream, std::uint64_t seq);
   std::mt19937_64 random_;
+  Groups* groups_ = nullptr;
 };
 
 }  // namespace q::nats

@@ -58,6 +58,7 @@ std::string Lease::encode() const {
               {"n", receives},
               {"a", reply},
               {"why", reason},
+              {"g", group},
               {"w", random_token()}}
       .dump();
 }
@@ -74,6 +75,7 @@ Lease Lease::decode(const std::string& text) {
     l.receives = j.at("n");
     l.reply = j.at("a");
     l.reason = j.value("why", "");
+    l.group = j.value("g", "");
   } catch (const std::exception& e) {
     throw Error(ErrorKind::Io, fmt::format("a lease record is damaged ({})", e.what()));
   }

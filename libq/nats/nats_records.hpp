@@ -62,6 +62,7 @@ struct Lease {
   std::uint64_t nonce = 0;  // of the receipt of the current delivery
   Millis until = 0;         // Leased: visible again at; Released: delayed until
   Millis received_at = 0;   // last receive
+  std::string group;        // FIFO: the subject of the message's group
   Millis first_received_at = 0;
   std::uint32_t receives = 0;
   std::string reply;   // the JetStream ack subject of the current delivery

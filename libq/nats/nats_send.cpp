@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nats_delay.hpp"
+#include "nats_groups.hpp"
 #include "records.hpp"
 #include "sha256.hpp"
 
@@ -41,7 +43,9 @@ Publisher::Outgoing Publisher::prepare(const std::string& queue, const QueueConf
   Outgoing o;
   o.token = random_token();
   natsMsg* raw = nullptr;
-  std::string subj = names_.subject(queue);
+  // A FIFO queue's message goes to its group's subject (nats_groups.hpp).
+  std::string subj =
+      m.group.empty() ? names_.subject(queue) : Groups(client_, names_).subject(queue, m.group);
   natsStatus s =
       natsMsg_Create(&raw, subj.c_str(), nullptr, m.body.data(), static_cast<int>(m.body.size()));
   o.msg.reset(raw);
@@ -60,6 +64,10 @@ Publisher::Outgoing Publisher::prepare(const std::string& queue, const QueueConf
     natsMsgHeader_Set(raw, "Q-Dedup", json(m.dedup_id).dump(-1, ' ', true).c_str());
   if (!m.attributes.empty())
     natsMsgHeader_Set(raw, "Q-Attrs", attributes_json(m.attributes).c_str());
+  if (!m.group.empty())
+    natsMsgHeader_Set(raw, "Q-Group", json(m.group).dump(-1, ' ', true).c_str());
+  if (visible_at_ > 0)
+    natsMsgHeader_Set(raw, kVisibleAtHeader, std::to_string(visible_at_).c_str());
   return o;
 }
 
@@ -144,7 +152,8 @@ void Publisher::publish_async(const std::string& queue, std::vector<Outgoing>& o
     natsMsg* copy = nullptr;
     natsStatus s = natsMsg_Create(&copy, natsMsg_GetSubject(o.msg.get()), nullptr,
                                   natsMsg_GetData(o.msg.get()), natsMsg_GetDataLength(o.msg.get()));
-    for (const char* key : {"Nats-Msg-Id", "Q-Send", "Q-Sent-At", "Q-Dedup", "Q-Attrs"})
+    for (const char* key :
+         {"Nats-Msg-Id", "Q-Send", "Q-Sent-At", "Q-Dedup", "Q-Attrs", "Q-Group", kVisibleAtHeader})
       if (s == NATS_OK)
         if (auto v = header(o.msg.get(), key); !v.empty())
           s = natsMsgHeader_Set(copy, key, v.c_str());

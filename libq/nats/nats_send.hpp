@@ -24,6 +24,9 @@ class Publisher {
 
   // The Q-Attrs header value (JSON, ASCII only: a header has no line breaks).
   static std::string attributes_json(const Attributes& attributes);
+  // Messages of this publish become visible at `at` (Q-Visible-At header;
+  // nats_delay.hpp); 0: at once.
+  void visible_at(Millis at) { visible_at_ = at; }
 
  private:
   struct Outgoing {
@@ -37,6 +40,7 @@ class Publisher {
   Client& client_;
   const Names& names_;
   const Clock& clock_;
+  Millis visible_at_ = 0;
 
   Outgoing prepare(const std::string& queue, const QueueConfig& config, OutgoingMessage& m);
   [[noreturn]] void publish_failed(const std::string& queue, natsStatus s, jsErrCode code,

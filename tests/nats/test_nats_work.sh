@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# q work on the NATS backend (issue 16) against a real 3-node cluster: a
+# drain with -j 4 runs every message once; idempotency keys (ack_done,
+# is_done: done records in the bucket) skip a repeat; heartbeats (extend)
+# keep a slow command's message from going to another consumer; a waiting
+# q work is woken by a send (the watch: a core NATS subscription), not by
+# its 1 s poll; --exit-when-empty leaves delayed messages (next_delivery);
+# and on a FIFO queue q work -j 4 never runs two messages of one group at once.
+#   test_nats_work.sh Q_BINARY
+# Skipped (77) without nats-server or q-nats.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=$here/../../scripts/nats-cluster
+Q=${1:?usage: test_nats_work.sh Q_BINARY}
+command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
+[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
+command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+scale=${Q_TEST_TIME_SCALE:-1}
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+T=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-work.XXXXXX")
+trap '"$cluster" stop "$T/c" >/dev/null 2>&1; rm -rf "$T"' EXIT
+urls=$("$cluster" start "$T/c" 3) || { echo "FAIL: cluster start"; exit 1; }
+export Q_FILE="$urls/work" T
+now_ms() { date +%s%3N; }
+counts() { "$Q" stats "$1" --json | jq -r '"\(.visible) \(.in_flight) \(.delayed)"'; }
+
+# ---- a drain with -j 4: every message run once ---------------------------------------
+"$Q" create jobs --visibility-timeout 5s >/dev/null
+for i in $(seq 1 20); do "$Q" send jobs "m$i" --attr "key=k$i" >/dev/null; done
+cat >"$T/run.sh" <<'EOS'
+#!/bin/sh
+body=$(cat)
+echo "$body" >>"$T/ran"
+EOS
+chmod +x "$T/run.sh"
+"$Q" work jobs -j 4 --exit-when-empty -q --idempotency-key key -- "$T/run.sh" ||
+  fail "q work drain: exit $?"
+[[ $(sort "$T/ran" | uniq | wc -l) == 20 && $(wc -l <"$T/ran") == 20 ]] ||
+  fail "ran $(wc -l <"$T/ran") commands for 20 messages: $(sort "$T/ran" | uniq -d | tr '\n' ' ')"
+[[ $(counts jobs) == "0 0 0" ]] || fail "after the drain: $(counts jobs)"
+
+# ---- idempotency keys: a repeat of a done key is acked without running -------------------
+: >"$T/ran"
+"$Q" send jobs again1 --attr key=k1 >/dev/null
+"$Q" send jobs again2 --attr key=k2 >/dev/null
+"$Q" send jobs fresh --attr key=k21 >/dev/null
+"$Q" work jobs --exit-when-empty -q --idempotency-key key -- "$T/run.sh" || fail "q work repeat: exit $?"
+[[ $(cat "$T/ran") == fresh ]] || fail "with done keys k1 and k2, ran: $(tr '\n' ' ' <"$T/ran")"
+[[ $(counts jobs) == "0 0 0" ]] || fail "skipped repeats are acked: $(counts jobs)"
+
+# ---- heartbeats: a command longer than the lease keeps its message -------------------------
+: >"$T/ran"
+"$Q" create slow --visibility-timeout 1s >/dev/null
+"$Q" send slow long >/dev/null
+cat >"$T/slow.sh" <<'EOS'
+#!/bin/sh
+cat >>"$T/ran"
+echo >>"$T/ran"
+sleep 3.5
+EOS
+chmod +x "$T/slow.sh"
+"$Q" work slow -q --visibility-timeout 1s --exit-when-empty -- "$T/slow.sh" &
+worker=$!
+sleep 2
+if out=$("$Q" receive slow --json); then fail "another consumer got the message under a heartbeat: $out"; fi
+wait "$worker" || fail "q work with heartbeats: exit $?"
+[[ $(grep -c long "$T/ran") == 1 ]] || fail "the slow command ran $(grep -c long "$T/ran") times"
+[[ $(counts slow) == "0 0 0" ]] || fail "after the slow run: $(counts slow)"
+
+# ---- --exit-when-empty leaves a delayed message (next_delivery) ---------------------------
+"$Q" send slow later --delay 1m >/dev/null
+start=$(now_ms)
+"$Q" work slow -q --exit-when-empty -- "$T/run.sh" || fail "q work with only a delayed message: exit $?"
+((($(now_ms) - start) < 5000 * scale)) || fail "q work --exit-when-empty waited for a delayed message"
+[[ $(counts slow) == "0 0 1" ]] || fail "the delayed message: $(counts slow)"
+
+# ---- the watch: a waiting q work is woken by a send ----------------------------------------
+"$Q" create idle >/dev/null
+: >"$T/ran"
+cat >"$T/stamp.sh" <<'EOS'
+#!/bin/sh
+cat >/dev/null
+date +%s%3N >>"$T/ran"
+EOS
+chmod +x "$T/stamp.sh"
+"$Q" work idle -q -- "$T/stamp.sh" &
+worker=$!
+sleep 2
+lat=()
+for i in 1 2 3 4 5; do
+  n=$(wc -l <"$T/ran")
+  sent=$(now_ms)
+  "$Q" send idle "w$i" >/dev/null
+  deadline=$((sent + 5000 * scale))
+  while (($(wc -l <"$T/ran") == n)) && (($(now_ms) < deadline)); do sleep 0.02; done
+  lat+=($(($(tail -1 "$T/ran") - sent)))
+  sleep 0.$((RANDOM % 9 + 1))
+done
+kill -TERM "$worker"
+wait "$worker"
+median=$(printf '%s\n' "${lat[@]}" | sort -n | sed -n 3p)
+echo "q work started the command ${lat[*]} ms after each send (median ${median} ms; without a watch it polls each 1000 ms)"
+((median < 1000 * scale)) || fail "q work woke ${median} ms (median) after a send"
+
+# ---- a queue's shared --rate: two q work processes together keep to it -------------------
+"$Q" create rated --rate 5/s >/dev/null
+for i in $(seq 1 16); do "$Q" send rated "r$i" >/dev/null; done
+: >"$T/ran"
+start=$(now_ms)
+"$Q" work rated -j 4 --exit-when-empty -q -- "$T/stamp.sh" &
+w1=$!
+"$Q" work rated -j 4 --exit-when-empty -q -- "$T/stamp.sh" &
+w2=$!
+wait "$w1" || fail "rated q work 1: exit $?"
+wait "$w2" || fail "rated q work 2: exit $?"
+[[ $(wc -l <"$T/ran") == 16 ]] || fail "rated: ran $(wc -l <"$T/ran") of 16"
+span=$(($(sort -n "$T/ran" | tail -1) - $(sort -n "$T/ran" | head -1)))
+# 16 starts at 5/s (no burst below 10/s): the last at least 15 intervals (3 s) after the first.
+((span >= 2900)) || fail "16 starts at 5/s took only ${span} ms (two consumers together)"
+echo "16 starts by two q work processes at --rate 5/s spanned ${span} ms (at least 3000)"
+
+# ---- FIFO: q work -j 4 never runs two messages of one group at once -------------------------
+"$Q" create orders --fifo >/dev/null
+for i in 1 2 3 4; do
+  for g in a b; do "$Q" send orders --group "$g" "$g$i" >/dev/null; done
+done
+cat >"$T/one.sh" <<'EOS'
+#!/bin/sh
+body=$(cat)
+group=${body%?}
+if ! mkdir "$T/running-$group" 2>/dev/null; then echo "overlap in $group" >>"$T/overlaps"; fi
+sleep 0.1
+echo "$body" >>"$T/work-order"
+rmdir "$T/running-$group"
+EOS
+chmod +x "$T/one.sh"
+"$Q" work orders -j 4 --exit-when-empty -q -- "$T/one.sh" || fail "q work on a FIFO queue: exit $?"
+[[ ! -e $T/overlaps ]] || fail "two messages of one group ran at once: $(cat "$T/overlaps")"
+[[ $(grep a "$T/work-order" | tr '\n' ' ') == "a1 a2 a3 a4 " ]] || fail "group a: $(grep a "$T/work-order" | tr '\n' ' ')"
+[[ $(grep b "$T/work-order" | tr '\n' ' ') == "b1 b2 b3 b4 " ]] || fail "group b: $(grep b "$T/work-order" | tr '\n' ' ')"
+
+((fails == 0)) && echo "PASS: NATS q work"
+exit $((fails > 0))
