@@ -123,8 +123,10 @@ std::vector<SendResult> LmdbBroker::do_send(const std::string& queue,
                                             const SendOptions& options) {
   if (messages.size() >= kBulkSend) commit_small_change(queue);
   Txn txn(*env_, Txn::Write);
+  const bool bulk = messages.size() >= kBulkSend;
   auto results = send_in(txn, queue, std::move(messages), options);
   txn.commit();
+  if (bulk) env_->drop_mapped_pages();
   return results;
 }
 

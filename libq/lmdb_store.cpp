@@ -6,10 +6,12 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -99,6 +101,36 @@ void set_notice_handler(NoticeHandler handler) { g_notice = handler; }
 NoticeHandler notice_handler() { return g_notice; }
 
 // ---- Env --------------------------------------------------------------------
+void Env::drop_mapped_pages() const {
+  // LMDB does not tell where it mapped the file (me_mapaddr is only set with
+  // MDB_FIXEDMAP), so the mapping is found once in /proc/self/maps by the data
+  // file's device and inode. The map never moves: the map size is fixed at open.
+  if (!map_found_) {
+    map_found_ = true;
+    int fd = -1;
+    struct stat st {};
+    if (mdb_env_get_fd(env_, &fd) != 0 || ::fstat(fd, &st) != 0) return;
+    std::FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (!maps) return;
+    char line[512];
+    while (std::fgets(line, sizeof line, maps)) {
+      unsigned long from = 0, to = 0, inode = 0, offset = 0;
+      unsigned major = 0, minor = 0;
+      char perms[8] = {};
+      if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &from, &to, perms, &offset, &major, &minor,
+                      &inode) == 7 &&
+          inode == st.st_ino && makedev(major, minor) == st.st_dev && offset == 0 &&
+          to - from > map_length_) {
+        map_address_ = reinterpret_cast<void*>(from);
+        map_length_ = to - from;
+      }
+    }
+    std::fclose(maps);
+  }
+  // Advice only: a failure leaves the pages mapped, which is merely bigger.
+  if (map_address_) ::madvise(map_address_, map_length_, MADV_DONTNEED);
+}
+
 Env::~Env() {
   // A damaged environment is abandoned, not closed (see damaged()); kept
   // reachable so that leak checkers do not report it.

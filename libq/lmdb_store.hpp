@@ -75,6 +75,11 @@ class Env {
   const std::string& path() const { return options_.path; }
   const Databases& db() const { return db_; }
   bool read_only() const { return options_.read_only; }
+  // Unmaps from this process the file's pages it has touched (the page cache
+  // keeps them; the next access maps them again). A long stream of bulk
+  // commits reads the pages each previous commit wrote, so without this a
+  // sender's resident size grows with the file, not with its work.
+  void drop_mapped_pages() const;
   // Databases the file lacks (made by an older q): a write transaction
   // creates them, and they stay once it commits.
   void create_absent(MDB_txn* txn);
@@ -135,6 +140,9 @@ class Env {
   void note_format(std::uint32_t format) { format_ = std::max(format_, format); }
 
  private:
+  mutable bool map_found_ = false;
+  mutable void* map_address_ = nullptr;
+  mutable std::size_t map_length_ = 0;
   static constexpr std::chrono::seconds kReaderCheckEvery{1};
 
   explicit Env(OpenOptions options) : options_(std::move(options)) {}
