@@ -10,26 +10,17 @@
 namespace cli {
 namespace {
 
-struct DeleteFlags {
-  std::string queue;
-  DestructiveFlags destructive;
-};
-
-void run_delete(const DeleteFlags& f, Context& ctx) {
+void run_delete(const EmptyQueueFlags& f, Context& ctx) {
   auto broker = ctx.open();
   auto s = broker->stats(f.queue).at(0);
   std::string counts =
       fmt::format("{}, {}", q::plural(s.visible + s.in_flight + s.delayed, "message"),
                   q::plural(s.dead, "dead letter"));
-  if (f.destructive.dry_run) {
-    ctx.out += fmt::format("would delete queue {} ({})\n", f.queue, counts);
+  if (!may_destroy(f.destructive, ctx,
+                   {fmt::format("would delete queue {} ({})", f.queue, counts),
+                    fmt::format("delete queue {} ({})?", f.queue, counts),
+                    fmt::format("delete: queue {} was not deleted", f.queue)}))
     return;
-  }
-  if (!confirmed(f.destructive, fmt::format("delete queue {} ({})?", f.queue, counts))) {
-    print_error(fmt::format("delete: queue {} was not deleted", f.queue));
-    ctx.exit = kEmpty;
-    return;
-  }
   auto removed = broker->delete_queue(f.queue);
   print_error(fmt::format("deleted queue {} ({}, {})", f.queue,
                           q::plural(removed.messages, "message"),
@@ -39,7 +30,7 @@ void run_delete(const DeleteFlags& f, Context& ctx) {
 }  // namespace
 
 void add_delete(CLI::App& app, Context& ctx) {
-  auto f = std::make_shared<DeleteFlags>();
+  auto f = std::make_shared<EmptyQueueFlags>();
   if (!ctx.wants("delete")) return;
   auto* cmd =
       app.add_subcommand("delete",

@@ -200,11 +200,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
     if (!missing.empty()) ctx.exit = kNoInput;
   });
 
-  struct PurgeFlags {
-    std::string queue;
-    DestructiveFlags destructive;
-  };
-  auto purge_flags = std::make_shared<PurgeFlags>();
+  auto purge_flags = std::make_shared<EmptyQueueFlags>();
   auto* purge = dlq->add_subcommand("purge",
                                     "Discard every dead letter of a queue. Asks first "
                                     "on a terminal; the count goes to stderr");
@@ -214,16 +210,12 @@ void add_dlq(CLI::App& app, Context& ctx) {
     const auto& f = *purge_flags;
     auto broker = ctx.open();
     auto dead = broker->stats(f.queue).at(0).dead;
-    if (f.destructive.dry_run) {
-      ctx.out += fmt::format("would purge {} from {}\n", q::plural(dead, "dead letter"), f.queue);
+    if (!may_destroy(
+            f.destructive, ctx,
+            {fmt::format("would purge {} from {}", q::plural(dead, "dead letter"), f.queue),
+             fmt::format("purge {} from {}?", q::plural(dead, "dead letter"), f.queue),
+             fmt::format("dlq purge: nothing was purged from {}", f.queue)}))
       return;
-    }
-    if (!confirmed(f.destructive,
-                   fmt::format("purge {} from {}?", q::plural(dead, "dead letter"), f.queue))) {
-      print_error(fmt::format("dlq purge: nothing was purged from {}", f.queue));
-      ctx.exit = kEmpty;
-      return;
-    }
     auto removed = broker->purge_dead_letters(f.queue);
     print_error(fmt::format("purged {} from {}", q::plural(removed, "dead letter"), f.queue));
   });

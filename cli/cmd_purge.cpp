@@ -10,29 +10,19 @@
 namespace cli {
 namespace {
 
-struct PurgeFlags {
-  std::string queue;
-  DestructiveFlags destructive;
-};
-
-void run_purge(const PurgeFlags& f, Context& ctx) {
+void run_purge(const EmptyQueueFlags& f, Context& ctx) {
   auto broker = ctx.open();
   auto s = broker->stats(f.queue).at(0);
   std::uint64_t n = s.visible + s.in_flight + s.delayed;
-  if (f.destructive.dry_run) {
-    ctx.out += fmt::format(
-        "would purge {} from {} (visible {}, in flight {}, delayed {}; {} "
-        "stay)\n",
-        q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
-        q::plural(s.dead, "dead letter"));
+  if (!may_destroy(
+          f.destructive, ctx,
+          {fmt::format("would purge {} from {} (visible {}, in flight {}, delayed {}; "
+                       "{} stay)",
+                       q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
+                       q::plural(s.dead, "dead letter")),
+           fmt::format("purge {} from {} (dead letters stay)?", q::plural(n, "message"), f.queue),
+           fmt::format("purge: nothing was purged from {}", f.queue)}))
     return;
-  }
-  if (!confirmed(f.destructive, fmt::format("purge {} from {} (dead letters stay)?",
-                                            q::plural(n, "message"), f.queue))) {
-    print_error(fmt::format("purge: nothing was purged from {}", f.queue));
-    ctx.exit = kEmpty;
-    return;
-  }
   auto removed = broker->purge(f.queue);
   print_error(fmt::format("purged {} from {}", q::plural(removed, "message"), f.queue));
 }
@@ -40,7 +30,7 @@ void run_purge(const PurgeFlags& f, Context& ctx) {
 }  // namespace
 
 void add_purge(CLI::App& app, Context& ctx) {
-  auto f = std::make_shared<PurgeFlags>();
+  auto f = std::make_shared<EmptyQueueFlags>();
   if (!ctx.wants("purge")) return;
   auto* cmd = app.add_subcommand(
       "purge",

@@ -8,6 +8,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "context.hpp"
+#include "output.hpp"
+
 namespace cli {
 
 void add_destructive_flags(CLI::App* cmd, DestructiveFlags& flags) {
@@ -29,6 +32,17 @@ bool confirmed(const DestructiveFlags& flags, const std::string& question) {
   while (!answer.empty() && std::isspace(static_cast<unsigned char>(answer.back())))
     answer.pop_back();
   return answer == "y" || answer == "yes";
+}
+
+bool may_destroy(const DestructiveFlags& flags, Context& ctx, const Destruction& what) {
+  if (flags.dry_run) {
+    ctx.out += what.would + "\n";
+    return false;
+  }
+  if (confirmed(flags, what.question)) return true;
+  print_error(what.refused);
+  ctx.exit = kEmpty;
+  return false;
 }
 
 }  // namespace cli

@@ -5,7 +5,6 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <map>
 
@@ -16,6 +15,7 @@
 #include "holder.hpp"
 #include "stop_signals.hpp"
 #include "output.hpp"
+#include "rate_limiter.hpp"
 #include "timefmt.hpp"
 #include "worker_child.hpp"
 #include "worker_policy.hpp"
@@ -29,25 +29,6 @@ using work::Ending;
 
 // --to: how often the size of a running command's output is checked.
 constexpr Millis kOutputCheckEvery = 100;
-
-// One start every 1/rate seconds (GCRA without burst), for --rate per process.
-class LocalRate {
- public:
-  explicit LocalRate(double rate) : interval_ms_(rate > 0 ? 1000.0 / rate : 0) {}
-  bool limited() const { return interval_ms_ > 0; }
-  std::uint64_t allows(Millis now) const {
-    if (!limited()) return UINT64_MAX;
-    return tat_ <= static_cast<double>(now) ? 1 : 0;
-  }
-  void take(Millis now) {
-    if (limited()) tat_ = std::max(tat_, static_cast<double>(now)) + interval_ms_;
-  }
-  Millis ready_at() const { return limited() ? static_cast<Millis>(std::ceil(tat_)) : INT64_MIN; }
-
- private:
-  double interval_ms_;
-  double tat_ = 0;
-};
 
 // A message taken, its command running or ended and its outcome not yet recorded.
 struct Job {
@@ -543,7 +524,7 @@ class Worker {
         until = now;
       else if (next != INT64_MAX)
         until = std::min(until, now + (next - wall_now));
-      if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at()));
+      if (local_rate_.limited()) until = std::min(until, std::max(now, local_rate_.ready_at(now)));
     }
     std::vector<pollfd> fds;
     fds.push_back({work::wake_fd(), POLLIN, 0});
@@ -581,7 +562,7 @@ class Worker {
   const WorkOptions& o_;
   std::string program_;  // the command's path, looked up in PATH once
   std::vector<std::string> args_;
-  LocalRate local_rate_;
+  q::RateLimiter local_rate_;  // --rate: starts of this process, no burst
   work::Progress progress_;
   std::optional<work::OutcomePolicy> policy_;
   Millis visibility_ = 0;

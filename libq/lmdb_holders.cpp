@@ -68,7 +68,7 @@ std::uint64_t release_leases(QueueView& view, MDB_dbi dbi, const Holder& h) {
     auto header = view.find_header(view.db.messages, seq);
     // Acked, released or delivered again since: nothing of it to release.
     if (!header || !(header->flags & Header::kLeased) || header->nonce != lease->nonce) continue;
-    QueueView::GroupEdit group(view, header->group);
+    GroupEdit group(view, header->group);
     if (view.unlink(seq, *header)) group.left_flight();
     header->visible_at = view.now;
     header->flags = 0;

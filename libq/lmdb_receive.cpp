@@ -51,7 +51,7 @@ void pick_fifo(QueueView& view, std::uint64_t want, bool one_per_group, const De
     return std::tie(a.visible_at, a.seq) > std::tie(b.visible_at, b.seq);
   };
   std::priority_queue<Next, std::vector<Next>, decltype(later)> continuing(later);
-  std::map<std::string, QueueView::GroupEdit> taken;
+  std::map<std::string, GroupEdit> taken;
   auto follow = [&](const std::string& group, std::uint64_t seq) {
     if (one_per_group) return;
     auto group_prefix = store::key_group_prefix(view.rec.qid, group);

@@ -9,7 +9,7 @@
 namespace q {
 
 // Delivers a picked message, or dead-letters it; true when delivered.
-using Deliver = std::function<bool(std::uint64_t, Header, QueueView::GroupEdit*)>;
+using Deliver = std::function<bool(std::uint64_t, Header, GroupEdit*)>;
 
 // Standard queue: the oldest ready messages first, up to `want` delivered.
 void pick_standard(QueueView& view, std::uint64_t want, const Deliver& deliver);

@@ -153,6 +153,13 @@ class Env {
   };
   MetaRoots newest_meta(std::uint64_t page_size) const;
   void init_databases(bool may_initialize);
+  struct NamedDb {
+    MDB_dbi* dbi;
+    const char* name;
+  };
+  std::vector<NamedDb> named_databases();
+  void create_databases(const std::vector<NamedDb>& all);
+  Error not_ours() const;
   void lock_bounded(int fd, const std::string& what);
 
   OpenOptions options_;
@@ -172,11 +179,7 @@ class Env {
   std::chrono::steady_clock::time_point next_reader_check_{};
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
-  struct AbsentDb {
-    MDB_dbi* dbi;
-    const char* name;
-  };
-  std::vector<AbsentDb> absent_;
+  std::vector<NamedDb> absent_;
   std::uint32_t format_ = 0;
   MDB_dbi holders_dbi_ = 0;
   bool holders_open_ = false;                 // holders_dbi_ is valid in every transaction

@@ -1,5 +1,7 @@
 #include "lmdb_transfer.hpp"
 
+#include "lmdb_broker_impl.hpp"
+
 #include <algorithm>
 #include <optional>
 #include <string_view>
@@ -88,12 +90,7 @@ void store_imported(QueueView& view, std::uint64_t seq, Message m) {
     header.visible_at = delayed ? m.visible_at : view.now;
     header.available_at = header.visible_at;
     header.flags = delayed ? Header::kDelayed : 0;
-    QueueView::GroupEdit group(view, header.group);
-    view.put_header(view.db.messages, seq, header);
-    view.link(seq, header);
-    group.added(seq);
-    group.done();
-    txn.put(view.db.age, store::key_q_time_seq(view.rec.qid, header.available_at, seq), {});
+    view.add_live(seq, header);
     ++view.rec.counters.sent;
     // A dedup id still inside its window (counted from the original send)
     // recognises a repeat send after the migration.
@@ -157,6 +154,38 @@ std::vector<std::string> import_into(QueueView& view, std::vector<Message> messa
     store_imported(view, seq, std::move(messages[i]));
     ids.push_back(store::message_id(seq));
   }
+  return ids;
+}
+
+// ---- the broker's export and import ------------------------------------------
+
+void LmdbBroker::do_export_messages(const std::string& queue,
+                                    const std::function<void(const Message&)>& each) {
+  Txn txn(*env_, Txn::Read);
+  QueueView view(txn, db(), queue, must_load(txn, queue), clock_->now());
+  export_queue(view, each);
+}
+
+std::vector<std::string> LmdbBroker::do_import_messages(const std::string& queue,
+                                                        std::vector<Message> messages,
+                                                        bool create_queue, bool skip_existing) {
+  Txn txn(*env_, Txn::Write);
+  auto view = open(txn, queue, create_queue);
+  view.maintain();
+  if (skip_existing) {
+    auto present = [&](const Message& m) {
+      auto seq = store::parse_message_id(m.id);
+      if (!seq) return false;
+      auto key = store::key_q_seq(view.rec.qid, *seq);
+      return txn.get(db().messages, key).has_value() || txn.get(db().dead, key).has_value();
+    };
+    messages.erase(std::remove_if(messages.begin(), messages.end(), present), messages.end());
+  }
+  std::uint64_t next_seq = meta_u64(txn, store::kNextSeqKey);
+  auto ids = import_into(view, std::move(messages), next_seq);
+  set_meta_u64(txn, store::kNextSeqKey, next_seq);
+  view.save();
+  txn.commit();
   return ids;
 }
 

@@ -15,8 +15,10 @@
 #include <fmt/format.h>
 
 #include "broker.hpp"
+#include "group_edit.hpp"
 #include "holder.hpp"
 #include "lmdb_store.hpp"
+#include "rate_limiter.hpp"
 #include "records.hpp"
 #include "rules.hpp"
 
@@ -66,39 +68,16 @@ class QueueView {
 
   std::uint64_t depth() const { return rec.ready + rec.delayed + rec.leased; }
 
-  [[noreturn]] void corrupt(const std::string& what) const {
-    throw Error(ErrorKind::Io, fmt::format("{}: queue {}: {} (run 'q verify' or restore a backup)",
-                                           txn.env().path(), name, what));
-  }
+  [[noreturn]] void corrupt(const std::string& what) const;
 
-  std::optional<Header> find_header(MDB_dbi dbi, std::uint64_t seq) {
-    auto bytes = txn.get(dbi, store::key_q_seq(rec.qid, seq));
-    if (!bytes) return std::nullopt;
-    auto header = store::decode_header(*bytes);
-    if (!header)
-      corrupt(fmt::format("the record of message {} is damaged (checksum mismatch)",
-                          store::message_id(seq)));
-    return header;
-  }
+  std::optional<Header> find_header(MDB_dbi dbi, std::uint64_t seq);
 
   // A body copied out in a read transaction: its pages need not stay resident.
-  void release_body(std::uint64_t seq) {
-    if (auto bytes = txn.get(db.bodies, store::key_seq(seq))) txn.release_read(*bytes);
-  }
+  void release_body(std::uint64_t seq);
 
-  store::Body body(std::uint64_t seq) {
-    auto bytes = txn.get(db.bodies, store::key_seq(seq));
-    if (!bytes) corrupt(fmt::format("the body of message {} is missing", store::message_id(seq)));
-    auto body = store::decode_body(*bytes);
-    if (!body)
-      corrupt(fmt::format("the body of message {} is damaged (checksum mismatch)",
-                          store::message_id(seq)));
-    return std::move(*body);
-  }
+  store::Body body(std::uint64_t seq);
 
-  void put_header(MDB_dbi dbi, std::uint64_t seq, const Header& header) {
-    txn.put(dbi, store::key_q_seq(rec.qid, seq), store::encode(header));
-  }
+  void put_header(MDB_dbi dbi, std::uint64_t seq, const Header& header);
 
   // Calls `each(seq, header)` for this queue's records in `dbi` (messages or
   // dead), in id order, until it returns false. `what` names a record in the
@@ -117,380 +96,85 @@ class QueueView {
 
   // The first `max` of this queue's records in `dbi`, decoded.
   std::vector<std::pair<std::uint64_t, Header>> headers(MDB_dbi dbi, const char* what,
-                                                        std::size_t max = SIZE_MAX) {
-    std::vector<std::pair<std::uint64_t, Header>> found;
-    if (max == 0) return found;
-    each_header(dbi, what, [&](std::uint64_t seq, Header header) {
-      found.emplace_back(seq, std::move(header));
-      return found.size() < max;
-    });
-    return found;
-  }
+                                                        std::size_t max = SIZE_MAX);
 
   // ---- the schedule: ready, delayed and leases indexes ----------------------
 
   // Files the message under its visible_at according to its flags.
-  void link(std::uint64_t seq, Header& header) {
-    if ((header.flags & Header::kDelayed) && header.visible_at <= now)
-      header.flags &= static_cast<std::uint8_t>(~Header::kDelayed);
-    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
-    if (header.flags & Header::kLeased) {
-      txn.put(db.leases, key, {});
-      ++rec.leased;
-    } else if (header.flags & Header::kDelayed) {
-      txn.put(db.delayed, key, {});
-      ++rec.delayed;
-    } else {
-      txn.put(db.ready, key, {});
-      ++rec.ready;
-    }
-  }
+  void link(std::uint64_t seq, Header& header);
 
   // Due lease and delay entries may already have moved to `ready`. Returns
   // true when the message was in flight (its lease had not run out).
-  bool unlink(std::uint64_t seq, const Header& header) {
-    auto key = store::key_q_time_seq(rec.qid, header.visible_at, seq);
-    if ((header.flags & Header::kLeased) && txn.del(db.leases, key)) {
-      --rec.leased;
-      return true;
-    }
-    if ((header.flags & Header::kDelayed) && txn.del(db.delayed, key)) {
-      --rec.delayed;
-      return false;
-    }
-    if (txn.del(db.ready, key)) {
-      --rec.ready;
-      return false;
-    }
-    corrupt(fmt::format("message {} is missing from the schedule index", store::message_id(seq)));
-  }
+  bool unlink(std::uint64_t seq, const Header& header);
 
   // Moves due entries of `from` to `ready`; returns how many.
-  std::uint64_t promote(MDB_dbi from) {
-    auto due = due_keys(from);
-    for (const auto& key : due) {
-      // A FIFO message whose lease ran out no longer holds its group.
-      std::optional<GroupEdit> group;
-      if (from == db.leases && rec.config.fifo) {
-        auto header = find_header(db.messages, store::key_time_seq(key));
-        if (header) group.emplace(*this, header->group);
-      }
-      txn.del(from, key);
-      txn.put(db.ready, key, {});
-      if (group) {
-        group->left_flight();
-        group->done();
-      }
-    }
-    return due.size();
-  }
-
-  // ---- FIFO message groups ----------------------------------------------------
-  // Every change to a group goes through a GroupEdit: it takes the group's head
-  // out of `heads` first (while no delivery of the group is in flight, its head
-  // is there, keyed by its visible time) and offers the head, maybe a new one,
-  // again when done. On a standard queue it does nothing.
-
-  class GroupEdit {
-   public:
-    GroupEdit(QueueView& view, std::string group) : v_(view), group_(std::move(group)) {
-      active_ = v_.rec.config.fifo;
-      if (!active_) return;
-      auto bytes = v_.txn.get(v_.db.groups, store::key_q_bytes(v_.rec.qid, group_));
-      if (bytes) {
-        auto decoded = store::decode_group(*bytes, v_.txn.format());
-        if (!decoded) v_.corrupt(fmt::format("the record of group {} is damaged", group_));
-        g_ = *decoded;
-      }
-      was_ = g_;
-      if (g_.messages > 0 && g_.in_flight == 0) v_.head_entry(group_, false);
-    }
-    void added(std::uint64_t seq) {
-      if (!active_) return;
-      v_.txn.put(v_.db.group_messages, group_key(seq), {});
-      ++g_.messages;
-    }
-    void removed(std::uint64_t seq) {
-      if (!active_) return;
-      v_.txn.del(v_.db.group_messages, group_key(seq));
-      --g_.messages;
-    }
-    void took_flight() { ++g_.in_flight; }
-    void left_flight() {
-      if (g_.in_flight > 0) --g_.in_flight;
-    }
-    void done() {
-      if (!active_) return;
-      auto key = store::key_q_bytes(v_.rec.qid, group_);
-      if (g_.messages == 0) {
-        v_.txn.del(v_.db.groups, key);
-      } else {
-        v_.txn.put(v_.db.groups, key, store::encode(g_));
-        if (g_.in_flight == 0) v_.head_entry(group_, true);
-      }
-      v_.rec.groups += (g_.messages > 0) - (was_.messages > 0);
-      v_.rec.held_groups += (g_.in_flight > 0) - (was_.in_flight > 0);
-      active_ = false;
-    }
-
-   private:
-    std::string group_key(std::uint64_t seq) const {
-      std::string k = store::key_group_prefix(v_.rec.qid, group_);
-      k += store::key_seq(seq);
-      return k;
-    }
-    QueueView& v_;
-    std::string group_;
-    store::GroupRecord g_, was_;
-    bool active_ = false;
-  };
-
-  // Puts the group's head into `heads` (offer) or takes it out.
-  void head_entry(const std::string& group, bool offer) {
-    auto group_prefix = store::key_group_prefix(rec.qid, group);
-    std::uint64_t seq;
-    {
-      Cursor c(txn, db.group_messages);
-      if (!c.seek(group_prefix) || !c.has_prefix(group_prefix))
-        corrupt(fmt::format("group {} has no messages in its index", group));
-      seq = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
-    }
-    auto header = find_header(db.messages, seq);
-    if (!header) corrupt(fmt::format("group {} lists a missing message", group));
-    auto key = store::key_q_time_seq(rec.qid, header->visible_at, seq);
-    if (offer)
-      txn.put(db.heads, key, store::encode_head(group));
-    else
-      txn.del(db.heads, key);
-  }
+  std::uint64_t promote(MDB_dbi from);
 
   // ---- removal --------------------------------------------------------------
 
   // `open` is the caller's edit of the message's group, when it has one.
-  void remove_live(std::uint64_t seq, const Header& header, GroupEdit* open = nullptr) {
-    std::optional<GroupEdit> own;
-    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
-    if (unlink(seq, header)) group.left_flight();
-    group.removed(seq);
-    drop_holder(*this, seq);
-    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
-    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
-    txn.del(db.bodies, store::key_seq(seq));
-    if (header.has_history) txn.del(db.attempts, store::key_seq(seq));
-    if (own) own->done();
-  }
+  void remove_live(std::uint64_t seq, const Header& header, GroupEdit* open = nullptr);
 
   // Takes a dead letter out of the dead-letter queue; its body stays.
-  void unfile_dead(std::uint64_t seq, const Header& header) {
-    txn.del(db.dead, store::key_q_seq(rec.qid, seq));
-    txn.del(db.dead_expiry, store::key_q_time_seq(rec.qid, header.dead_at, seq));
-    --rec.dead;
-  }
+  void unfile_dead(std::uint64_t seq, const Header& header);
 
-  void remove_dead(std::uint64_t seq, const Header& header) {
-    unfile_dead(seq, header);
-    txn.del(db.bodies, store::key_seq(seq));
-    if (header.has_history) txn.del(db.attempts, store::key_seq(seq));
-  }
+  void remove_dead(std::uint64_t seq, const Header& header);
 
-  void dead_letter(std::uint64_t seq, Header header, std::string reason,
-                   GroupEdit* open = nullptr) {
-    std::optional<GroupEdit> own;
-    GroupEdit& group = open ? *open : own.emplace(*this, header.group);
-    if (unlink(seq, header)) group.left_flight();
-    group.removed(seq);
-    if (own) own->done();
-    drop_holder(*this, seq);
-    txn.del(db.messages, store::key_q_seq(rec.qid, seq));
-    txn.del(db.age, store::key_q_time_seq(rec.qid, header.available_at, seq));
-    header.flags = 0;
-    header.nonce = 0;
-    header.dead_at = now;
-    header.reason = std::move(reason);
-    put_header(db.dead, seq, header);
-    txn.put(db.dead_expiry, store::key_q_time_seq(rec.qid, now, seq), {});
-    ++rec.dead;
-    ++rec.counters.dead_lettered;
-  }
+  void dead_letter(std::uint64_t seq, Header header, std::string reason, GroupEdit* open = nullptr);
+
+  // Stores a live message: its header, filed by its flags in the schedule,
+  // in its FIFO group, and in `age` at header.available_at (the body is the
+  // caller's).
+  void add_live(std::uint64_t seq, Header& header);
 
   // A dead letter (taken out of its dead-letter queue) lives again in this queue.
-  void revive(std::uint64_t seq, const Header& dead) {
-    Header live;
-    live.sent_at = dead.sent_at;
-    live.visible_at = now;
-    live.available_at = now;
-    live.group = rec.config.fifo ? dead.group : std::string();
-    live.has_history = dead.has_history;  // the attempt history follows the message
-    // A FIFO message goes back into its group at its place in send order.
-    GroupEdit group(*this, live.group);
-    put_header(db.messages, seq, live);
-    link(seq, live);
-    group.added(seq);
-    group.done();
-    txn.put(db.age, store::key_q_time_seq(rec.qid, now, seq), {});
-  }
+  void revive(std::uint64_t seq, const Header& dead);
 
   // ---- maintenance run by every write transaction on the queue ----------------
 
-  void maintain() {
-    auto leases_due = promote(db.leases);
-    rec.leased -= leases_due;
-    rec.ready += leases_due;
-    auto delays_due = promote(db.delayed);
-    rec.delayed -= delays_due;
-    rec.ready += delays_due;
-    if (auto budget = rate_budget())  // a future stored by a clock ahead is pulled back, once
-      rec.rate_tat_us =
-          static_cast<std::int64_t>(rate_tat(*budget, static_cast<double>(now) * 1000));
-    expire_messages();
-    expire_dead_letters();
-    expire_keys(db.dedup_expiry, db.dedup);
-    expire_keys(db.done_expiry, db.done);
-    if (holder_alive) release_dead_holders(*this);
-  }
+  void maintain();
 
-  // ---- the shared rate budget (GCRA) --------------------------------------------
+  // ---- the shared rate budget -------------------------------------------------
   // One start every 1/rate seconds, with a burst of a tenth of a second's
-  // worth so fast queues need not take one message per transaction.
+  // worth so fast queues need not take one message per transaction. The
+  // state is the record's rate_tat_us, shared by every consumer of the file.
 
-  struct RateBudget {
-    double interval_us;
-    double tolerance_us;
-  };
-  std::optional<RateBudget> rate_budget() const {
-    if (rec.config.rate <= 0) return std::nullopt;
-    double interval = 1e6 / rec.config.rate;
-    return RateBudget{interval, interval * std::floor(rec.config.rate / 10)};
-  }
-
-  // The stored theoretical arrival time, never further ahead of now than one
-  // full burst and one interval: a consumer whose clock ran ahead (or a clock
-  // stepped back) must not make every other consumer wait for its future.
-  double rate_tat(const RateBudget& budget, double now_us) const {
-    double tat = std::max(static_cast<double>(rec.rate_tat_us), now_us);
-    return std::min(tat, now_us + budget.tolerance_us + budget.interval_us);
-  }
+  RateLimiter rate_limiter() const;
 
   // How many starts the budget allows now.
-  std::uint64_t rate_allows() const {
-    auto budget = rate_budget();
-    if (!budget) return UINT64_MAX;
-    double now_us = static_cast<double>(now) * 1000;
-    double tat = rate_tat(*budget, now_us);
-    if (tat > now_us + budget->tolerance_us) return 0;
-    return static_cast<std::uint64_t>((now_us + budget->tolerance_us - tat) / budget->interval_us) +
-           1;
-  }
+  std::uint64_t rate_allows() const { return rate_limiter().allows(now); }
 
-  void rate_take(std::uint64_t starts) {
-    auto budget = rate_budget();
-    if (!budget || starts == 0) return;
-    double now_us = static_cast<double>(now) * 1000;
-    double tat = rate_tat(*budget, now_us);
-    rec.rate_tat_us =
-        static_cast<std::int64_t>(tat + budget->interval_us * static_cast<double>(starts));
-  }
+  void rate_take(std::uint64_t starts);
 
   // The first time the budget allows a start.
-  Millis rate_ready_at() const {
-    auto budget = rate_budget();
-    if (!budget) return INT64_MIN;
-    const double now_us = static_cast<double>(now) * 1000;
-    // A stored future no consumer on this clock could have made: ready now,
-    // so that the next write transaction pulls it back (see maintain()).
-    if (static_cast<double>(rec.rate_tat_us) > now_us + budget->tolerance_us + budget->interval_us)
-      return now;
-    double at_us = rate_tat(*budget, now_us) - budget->tolerance_us;
-    return static_cast<Millis>(std::ceil(at_us / 1000));
-  }
+  Millis rate_ready_at() const { return rate_limiter().ready_at(now); }
 
   // Retention counts from the time a message first became available (its
   // send, the end of its delay, its redrive or import): the `age` index holds
   // exactly that time, so expired messages are a prefix of it, whatever the
   // order of their ids.
-  void expire_messages() {
-    std::vector<std::uint64_t> old;
-    {
-      Cursor c(txn, db.age);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) + rec.config.retention > now) break;
-        old.push_back(store::key_time_seq(c.key()));
-      }
-    }
-    for (auto seq : old) {
-      auto header = find_header(db.messages, seq);
-      if (!header)
-        corrupt(fmt::format("message {} is in the age index but missing", store::message_id(seq)));
-      remove_live(seq, *header);
-    }
-    rec.counters.expired += old.size();
-  }
+  void expire_messages();
 
-  void expire_dead_letters() {
-    std::vector<std::uint64_t> old;
-    {
-      Cursor c(txn, db.dead_expiry);
-      for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && old.size() < kExpireBatch;
-           ok = c.next()) {
-        if (store::key_time(c.key()) + kDeadLetterRetention > now) break;
-        old.push_back(store::key_time_seq(c.key()));
-      }
-    }
-    for (auto seq : old)
-      if (auto header = find_header(db.dead, seq)) remove_dead(seq, *header);
-    rec.counters.expired += old.size();
-  }
+  void expire_dead_letters();
 
   // Dedup ids and idempotency (done) keys past their time: their expiry
   // index is (qid, expires, key); the record holds its expiry, which a later
   // renewal may have moved.
-  void expire_keys(MDB_dbi expiry_index, MDB_dbi records) {
-    for (const auto& key : due_keys(expiry_index, kExpireBatch)) {
-      txn.del(expiry_index, key);
-      auto record_key = store::key_q_bytes(rec.qid, store::key_time_bytes(key));
-      auto entry = txn.get(records, record_key);
-      if (!entry) continue;
-      std::optional<Millis> expires;
-      if (records == db.dedup) {
-        if (auto d = store::decode_dedup(*entry, txn.format())) expires = d->expires;
-      } else if (auto d = store::decode_done(*entry, txn.format())) {
-        expires = d->expires;
-      }
-      if (expires && *expires <= now) txn.del(records, record_key);
-    }
-  }
+  void expire_keys(MDB_dbi expiry_index, MDB_dbi records);
 
-  // Keys of a (qid, time, ...) index whose time has come, oldest first.
-  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit = SIZE_MAX) {
-    std::vector<std::string> due;
-    Cursor c(txn, index);
-    for (bool ok = c.seek(prefix); ok && c.has_prefix(prefix) && due.size() < limit;
-         ok = c.next()) {
-      if (store::key_time(c.key()) > now) break;
-      due.emplace_back(c.key());
-    }
-    return due;
-  }
+  // The first `limit` keys of a (qid, time, ...) index whose time is `upto`
+  // or before, oldest first.
+  std::vector<std::string> due_keys(MDB_dbi index, std::size_t limit, Millis upto);
+  // The seqs of the first kExpireBatch keys of a (qid, time, seq) index
+  // whose time is `upto` or before, oldest first.
+  std::vector<std::uint64_t> due_seqs(MDB_dbi index, Millis upto);
 
   // ---- dedup ------------------------------------------------------------------
 
-  std::optional<std::uint64_t> find_dedup(const std::string& dedup_id) {
-    auto entry = txn.get(db.dedup, store::key_q_bytes(rec.qid, dedup_id));
-    if (!entry) return std::nullopt;
-    auto d = store::decode_dedup(*entry, txn.format());
-    if (!d) corrupt(fmt::format("the dedup entry of {} is damaged", dedup_id));
-    if (d->expires <= now) return std::nullopt;
-    return d->seq;
-  }
+  std::optional<std::uint64_t> find_dedup(const std::string& dedup_id);
 
   void remember_dedup(const std::string& dedup_id, std::uint64_t seq,
-                      std::optional<Millis> until = std::nullopt) {
-    Millis expires = until.value_or(now + rec.config.dedup_window);
-    txn.put(db.dedup, store::key_q_bytes(rec.qid, dedup_id),
-            store::encode(store::DedupRecord{seq, expires}));
-    txn.put(db.dedup_expiry, store::key_q_time_bytes(rec.qid, expires, dedup_id), {});
-  }
+                      std::optional<Millis> until = std::nullopt);
 
   // ---- receipts -----------------------------------------------------------------
 
@@ -500,34 +184,7 @@ class QueueView {
   };
 
   // The current delivery a receipt names; throws Error(InvalidData or Stale).
-  Delivery current_delivery(const std::string& receipt) {
-    check_receipt(receipt);
-    auto parsed = store::parse_receipt(receipt);
-    auto header = find_header(db.messages, parsed->seq);
-    auto id = store::message_id(parsed->seq);
-    if (!header) {
-      if (find_header(db.dead, parsed->seq))
-        throw Error(ErrorKind::Stale, fmt::format("receipt {}: stale: message {} was moved to "
-                                                  "the dead-letter queue of {}",
-                                                  receipt, id, name));
-      throw Error(ErrorKind::Stale,
-                  fmt::format("receipt {}: stale: message {} is no longer in queue {} (acked, "
-                              "purged or expired)",
-                              receipt, id, name));
-    }
-    if (header->nonce != parsed->nonce) {
-      if (header->nonce == 0)
-        throw Error(ErrorKind::Stale,
-                    fmt::format("receipt {}: stale: message {} was released (nack) after this "
-                                "receipt was issued",
-                                receipt, id));
-      throw Error(ErrorKind::Stale,
-                  fmt::format("receipt {}: stale: message {} was delivered again since (receive "
-                              "count now {})",
-                              receipt, id, header->receive_count));
-    }
-    return {parsed->seq, std::move(*header)};
-  }
+  Delivery current_delivery(const std::string& receipt);
 };
 
 // Holders of leases (lmdb_holders.cpp): `holder` takes the delivery `nonce`

@@ -48,6 +48,12 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char
 
 class Writer {
  public:
+  Writer() = default;
+  // A record: the checksum slot (see begin), then its version byte.
+  explicit Writer(std::uint8_t version) {
+    begin();
+    u8(version);
+  }
   void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void u32(std::uint32_t v) { raw(&v, 4); }
   void u64(std::uint64_t v) { raw(&v, 8); }
@@ -341,9 +347,7 @@ std::optional<Header> decode_header(std::string_view bytes) {
 }
 
 std::string encode(const Body& b) {
-  Writer w;
-  w.begin();
-  w.u8(kBodyVersion);
+  Writer w(kBodyVersion);
   w.u32(static_cast<std::uint32_t>(b.attributes.size()));
   for (const auto& [key, value] : b.attributes) {
     w.str(key);
@@ -372,9 +376,7 @@ std::optional<Body> decode_body(std::string_view bytes) {
 }
 
 std::string encode(const QueueRecord& q) {
-  Writer w;
-  w.begin();
-  w.u8(kQueueVersion);
+  Writer w(kQueueVersion);
   w.u32(q.qid);
   w.i64(q.created_at);
   w.i64(q.config.visibility_timeout);
@@ -437,9 +439,7 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
 }
 
 std::string encode(const GroupRecord& g) {
-  Writer w;
-  w.begin();
-  w.u8(kGroupVersion);
+  Writer w(kGroupVersion);
   w.u64(g.messages);
   w.u64(g.in_flight);
   return w.seal();
@@ -456,9 +456,7 @@ std::optional<GroupRecord> decode_group(std::string_view bytes, std::uint32_t fo
 }
 
 std::string encode(const std::vector<Attempt>& attempts) {
-  Writer w;
-  w.begin();
-  w.u8(kAttemptsVersion);
+  Writer w(kAttemptsVersion);
   w.u8(static_cast<std::uint8_t>(attempts.size()));
   for (const auto& a : attempts) {
     w.u32(a.receive);
@@ -517,9 +515,7 @@ std::uint32_t key_worker_pid(std::string_view key) {
 Millis key_worker_since(std::string_view key) { return static_cast<Millis>(get_be(key, 4, 8)); }
 
 std::string encode_worker(const std::string& command) {
-  Writer w;
-  w.begin();
-  w.u8(kWorkerVersion);
+  Writer w(kWorkerVersion);
   w.str(command);
   return w.seal();
 }
@@ -533,9 +529,7 @@ std::optional<std::string> decode_worker(std::string_view bytes) {
 }
 
 std::string encode(const Pause& p) {
-  Writer w;
-  w.begin();
-  w.u8(kPauseVersion);
+  Writer w(kPauseVersion);
   w.i64(p.since);
   w.i64(p.until);
   w.str(p.reason);
@@ -554,9 +548,7 @@ std::optional<Pause> decode_pause(std::string_view bytes) {
 }
 
 std::string encode(const DedupRecord& d) {
-  Writer w;
-  w.begin();
-  w.u8(kDedupVersion);
+  Writer w(kDedupVersion);
   w.u64(d.seq);
   w.i64(d.expires);
   return w.seal();
@@ -577,9 +569,7 @@ std::optional<DedupRecord> decode_dedup(std::string_view bytes, std::uint32_t fo
 }
 
 std::string encode(const DoneRecord& d) {
-  Writer w;
-  w.begin();
-  w.u8(kDoneVersion);
+  Writer w(kDoneVersion);
   w.i64(d.expires);
   return w.seal();
 }
@@ -598,9 +588,7 @@ std::optional<DoneRecord> decode_done(std::string_view bytes, std::uint32_t form
 }
 
 std::string encode_head(std::string_view group) {
-  Writer w;
-  w.begin();
-  w.u8(kHeadVersion);
+  Writer w(kHeadVersion);
   w.tail(group);
   return w.seal();
 }
@@ -613,9 +601,7 @@ std::optional<std::string> decode_head(std::string_view bytes, std::uint32_t for
 }
 
 std::string encode_meta_number(std::uint64_t value) {
-  Writer w;
-  w.begin();
-  w.u8(kMetaVersion);
+  Writer w(kMetaVersion);
   w.u64(value);
   return w.seal();
 }
@@ -665,26 +651,20 @@ std::string holder_key(char tag, std::uint32_t qid) {
 }  // namespace
 
 std::string encode(const HolderCheck& c) {
-  Writer w;
-  w.begin();
-  w.u8(kHolderRecordVersion);
+  Writer w(kHolderRecordVersion);
   w.i64(c.checked_at);
   return w.seal();
 }
 
 std::string encode(const HolderRecord& h) {
-  Writer w;
-  w.begin();
-  w.u8(kHolderRecordVersion);
+  Writer w(kHolderRecordVersion);
   w.u64(h.pid_namespace);
   w.i64(h.registered_at);
   return w.seal();
 }
 
 std::string encode(const LeaseHolder& l) {
-  Writer w;
-  w.begin();
-  w.u8(kHolderRecordVersion);
+  Writer w(kHolderRecordVersion);
   w.u32(l.pid);
   w.u64(l.start_time);
   w.u64(l.nonce);

@@ -89,10 +89,11 @@ TEST(Rules, OutgoingMessages) {
   EXPECT_EQ(long_id.field(), "dedup_id");
   EXPECT_EQ(thrown([] { q::check_outgoing("q", {"b", {}, "\xff", ""}); }).field(), "dedup_id");
   EXPECT_EQ(thrown([] { q::check_outgoing("q", {"b", {}, "", "a group"}); }).field(), "group");
-  EXPECT_EQ(thrown([] {
-              q::check_outgoing("q", {"b", {{"k", std::string(q::kMaxAttributeBytes, 'v')}}});
-            }).kind(),
-            q::ErrorKind::InvalidData);
+  EXPECT_EQ(
+      thrown([] {
+        q::check_outgoing("q", {"b", {{"k", std::string(q::kMaxAttributeBytes, 'v')}}, "", ""});
+      }).kind(),
+      q::ErrorKind::InvalidData);
 }
 
 TEST(Rules, FifoQueuesRefuseMessagesWithoutGroupOrWithTheirOwnDelay) {
@@ -103,7 +104,10 @@ TEST(Rules, FifoQueuesRefuseMessagesWithoutGroupOrWithTheirOwnDelay) {
   q::SendOptions delayed;
   delayed.delay = q::kSecond;
   EXPECT_NO_THROW(q::check_send_against("q", fifo, {{"b", {}, "", "g"}}, plain));
-  EXPECT_EQ(thrown([&] { q::check_send_against("q", fifo, {{"b"}}, plain); }).field(), "group");
+  EXPECT_EQ(thrown([&] {
+              q::check_send_against("q", fifo, {{"b", {}, "", ""}}, plain);
+            }).field(),
+            "group");
   EXPECT_EQ(thrown([&] {
               q::check_send_against("q", standard, {{"b", {}, "", "g"}}, plain);
             }).kind(),
@@ -111,9 +115,11 @@ TEST(Rules, FifoQueuesRefuseMessagesWithoutGroupOrWithTheirOwnDelay) {
   auto e = thrown([&] { q::check_send_against("q", fifo, {{"b", {}, "", "g"}}, delayed); });
   EXPECT_EQ(e.field(), "delay");
   EXPECT_NE(cli::error_text(e).find("set the queue's --delay instead"), std::string::npos);
-  EXPECT_NO_THROW(q::check_send_against("q", standard, {{"b"}}, delayed));
+  EXPECT_NO_THROW(q::check_send_against("q", standard, {{"b", {}, "", ""}}, delayed));
   standard.max_size = 3;
-  EXPECT_EQ(thrown([&] { q::check_send_against("q", standard, {{"abcd"}}, plain); }).kind(),
+  EXPECT_EQ(thrown([&] {
+              q::check_send_against("q", standard, {{"abcd", {}, "", ""}}, plain);
+            }).kind(),
             q::ErrorKind::InvalidData);
 }
 
