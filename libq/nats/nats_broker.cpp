@@ -103,8 +103,8 @@ class NatsBroker final : public Broker {
       validate(config);
       ensure_stream(queue, config, false);
       ensure_consumer(queue, config, false);
-      if (client_.put_if(Names::config_key(queue), nats::encode_config(config, have.created_at),
-                         have.revision))
+      if (client_.put_if(Names::config_key(queue),
+                         nats::encode_config(config, have.created_at, have.pause), have.revision))
         return config;
     }
     throw Error(
@@ -208,6 +208,15 @@ class NatsBroker final : public Broker {
                                 std::chrono::steady_clock::now() - start)
                                 .count();
     };
+    // Paused: nothing is delivered. A long poll looks at the settings record
+    // again every 200ms (a resume wakes it within that) until the pause ends.
+    while (auto pause = active_pause(have)) {
+      if (left() <= 0) return got;
+      Millis step = std::min<Millis>(left(), 200);
+      if (pause->until != 0) step = std::clamp<Millis>(pause->until - clock_->now(), 1, step);
+      std::this_thread::sleep_for(std::chrono::milliseconds(step));
+      have = must_load(queue);
+    }
     // The queue's shared rate (nats_rate.hpp): starts are taken before the
     // pull, and those not used given back after it.
     std::uint64_t want = options.max_messages;
@@ -487,6 +496,11 @@ class NatsBroker final : public Broker {
     StoredQueue have = must_load(queue);
     jsStreamState state = stream_state(queue);
     if (state.Msgs == 0) return INT64_MAX;
+    Millis paused_until = 0;
+    if (auto pause = active_pause(have)) {
+      if (pause->until == 0) return INT64_MAX;
+      paused_until = pause->until;
+    }
     Millis now = clock_->now();
     std::uint64_t held = 0;
     Millis earliest = INT64_MAX;
@@ -507,6 +521,7 @@ class NatsBroker final : public Broker {
     Millis next = ready > held ? INT64_MIN : earliest;
     if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
+    if (next != INT64_MAX) next = std::max(next, paused_until);
     return next;
   }
   // A core NATS subscription to the namespace's publishes and lease
@@ -572,8 +587,34 @@ class NatsBroker final : public Broker {
                                               bool) override {
     not_yet("q import");
   }
-  void do_pause(const std::string&, Millis, const std::string&) override { not_yet("q pause"); }
-  std::optional<Pause> do_resume(const std::string&) override { not_yet("q resume"); }
+  // A pause lives in the queue's settings record (one CAS), where every
+  // receive already looks.
+  void do_pause(const std::string& queue, Millis until, const std::string& reason) override {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      StoredQueue have = must_load(queue);
+      Millis now = clock_->now();
+      if (until != 0 && until <= now)
+        throw Error(ErrorKind::Usage, "--for: the pause must end in the future");
+      if (client_.put_if(
+              Names::config_key(queue),
+              nats::encode_config(have.config, have.created_at, Pause{now, until, reason}),
+              have.revision))
+        return;
+    }
+    busy_settings(queue, "pause");
+  }
+
+  std::optional<Pause> do_resume(const std::string& queue) override {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      StoredQueue have = must_load(queue);
+      if (!have.pause) return std::nullopt;
+      auto was = active_pause(have);
+      if (client_.put_if(Names::config_key(queue),
+                         nats::encode_config(have.config, have.created_at), have.revision))
+        return was;
+    }
+    busy_settings(queue, "resume");
+  }
   std::optional<Message> do_show(const std::string&, const std::string&) override {
     not_yet("q show");
   }
@@ -595,6 +636,17 @@ class NatsBroker final : public Broker {
     auto r = client_.get(Names::config_key(queue));
     if (!r) return std::nullopt;
     return nats::parse_config(queue, *r);
+  }
+  // The pause in force now, if any (one that has ended is as good as none).
+  std::optional<Pause> active_pause(const StoredQueue& have) const {
+    if (have.pause && (have.pause->until == 0 || have.pause->until > clock_->now()))
+      return have.pause;
+    return std::nullopt;
+  }
+  [[noreturn]] static void busy_settings(const std::string& queue, const char* what) {
+    throw Error(
+        ErrorKind::Busy,
+        fmt::format("queue {}: its settings kept changing under this {}; try again", queue, what));
   }
   StoredQueue must_load(const std::string& queue) {
     auto have = load(queue);
@@ -787,6 +839,7 @@ class NatsBroker final : public Broker {
     if (state.Msgs > 0) st.oldest_age = std::max<Millis>(0, now - state.FirstTime / kNs);
     st.counters.sent = state.LastSeq;
     st.dead = dead_.count(queue);
+    st.pause = active_pause(have);
     if (have.config.fifo) {
       // Groups with messages: the group subjects in the stream. Only heads
       // are leased, so the messages in flight are the held groups.

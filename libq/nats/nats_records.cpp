@@ -9,21 +9,24 @@ namespace q::nats {
 
 using json = nlohmann::json;
 
-std::string encode_config(const QueueConfig& c, Millis created_at) {
-  return json{{"v", 1},
-              {"visibility_timeout", c.visibility_timeout},
-              {"max_receives", c.max_receives},
-              {"retention", c.retention},
-              {"delay", c.delay},
-              {"max_depth", c.max_depth},
-              {"max_size", c.max_size},
-              {"dedup_window", c.dedup_window},
-              {"rate", c.rate},
-              {"fifo", c.fifo},
-              {"content_dedup", c.content_dedup},
-              {"created_at", created_at},
-              {"w", random_token()}}
-      .dump();
+std::string encode_config(const QueueConfig& c, Millis created_at,
+                          const std::optional<Pause>& pause) {
+  json j{{"v", 1},
+         {"visibility_timeout", c.visibility_timeout},
+         {"max_receives", c.max_receives},
+         {"retention", c.retention},
+         {"delay", c.delay},
+         {"max_depth", c.max_depth},
+         {"max_size", c.max_size},
+         {"dedup_window", c.dedup_window},
+         {"rate", c.rate},
+         {"fifo", c.fifo},
+         {"content_dedup", c.content_dedup},
+         {"created_at", created_at},
+         {"w", random_token()}};
+  if (pause)
+    j["pause"] = json{{"since", pause->since}, {"until", pause->until}, {"reason", pause->reason}};
+  return j.dump();
 }
 
 StoredQueue parse_config(const std::string& queue, const Record& r) {
@@ -41,6 +44,10 @@ StoredQueue parse_config(const std::string& queue, const Record& r) {
     s.config.fifo = j.at("fifo");
     s.config.content_dedup = j.at("content_dedup");
     s.created_at = j.at("created_at");
+    if (j.contains("pause")) {
+      const auto& p = j.at("pause");
+      s.pause = Pause{p.at("since"), p.at("until"), p.at("reason")};
+    }
     s.revision = r.revision;
     return s;
   } catch (const json::exception& e) {

@@ -4,6 +4,8 @@
 // a queue's stream, subject and records.
 #pragma once
 
+#include <optional>
+
 #include <nats/nats.h>
 
 #include <cstdint>
@@ -48,8 +50,12 @@ struct StoredQueue {
   QueueConfig config;
   Millis created_at = 0;
   std::uint64_t revision = 0;
+  // `q pause`: kept in the settings record, so the get every receive already
+  // makes sees it (no extra round trip); may have ended (check until).
+  std::optional<Pause> pause;
 };
-std::string encode_config(const QueueConfig& config, Millis created_at);
+std::string encode_config(const QueueConfig& config, Millis created_at,
+                          const std::optional<Pause>& pause = std::nullopt);
 // Throws Error(Io) naming the queue when the record is damaged.
 StoredQueue parse_config(const std::string& queue, const Record& record);
 

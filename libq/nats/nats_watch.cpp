@@ -9,15 +9,16 @@ namespace q::nats {
 namespace {
 
 // Readable when a message is published to a queue of the namespace or a
-// lease record changes: a core NATS subscription (no JetStream cost) whose
-// handler writes a byte to a pipe.
+// lease or settings record changes (a resume wakes a paused q work): a core NATS subscription (no
+// JetStream cost) whose handler writes a byte to a pipe.
 class NatsWatch final : public ChangeWatch {
  public:
   NatsWatch(Client& client, const std::string& ns) {
     if (::pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
       throw Error(ErrorKind::Io, "watching for changes: pipe2 failed");
     for (const std::string& subj :
-         {"q." + ns + ".>", "$KV." + client.bucket_stream().substr(3) + ".lease.>"}) {
+         {"q." + ns + ".>", "$KV." + client.bucket_stream().substr(3) + ".lease.>",
+          "$KV." + client.bucket_stream().substr(3) + ".config.>"}) {
       natsSubscription* sub = nullptr;
       natsStatus s =
           natsConnection_Subscribe(&sub, client.nc(), subj.c_str(), &NatsWatch::on_msg, this);

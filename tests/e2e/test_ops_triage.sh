@@ -4,10 +4,12 @@
 # without receipts. Reading as a user who may not write the file is in
 # test_ops_readonly.sh (it needs root).
 source "$(dirname "$0")/lib.sh" "$@"
-nats_lacks show && skip "on NATS: q show and the attempt history, pause/resume and import are not there yet"
 
 # ---- q show: a message that failed twice, then succeeded ------------------------------
 "$Q" create jobs --max-receives 5 >/dev/null
+if nats_lacks show; then
+  skip_part "on NATS: q show and the attempt history are not there yet"
+else
 id=$("$Q" send jobs 'resize 42')
 cat >"$T/handler" <<'SH'
 #!/bin/bash
@@ -50,6 +52,7 @@ tid=$("$Q" send t x)
 assert_exit 1 "$Q" receive t   # dead-lettered at the third receive
 assert_exit 0 "$Q" show t "$tid" --json
 assert_eq "dead timed_out timed_out" "$(jq -r '[.state, .attempts[].end] | join(" ")' <<<"$OUT")" "timed out twice, then dead"
+fi
 
 # ---- pause and resume -------------------------------------------------------------------
 "$Q" create p >/dev/null
@@ -110,6 +113,11 @@ assert_eq null "$(jq .paused_until <<<"$s")" "until resumed"
 assert_exit 64 "$Q" work trip --trip 0/1m -- true
 assert_exit 64 "$Q" work trip --trip 3 -- true
 assert_exit 64 "$Q" work trip --trip 3/0s -- true
+
+if on_nats; then
+  skip_part "on NATS: the parts below (dead letters by reason, --dry-run, import) are not run yet"
+  exit 0
+fi
 
 # ---- dead letters grouped by how they failed ---------------------------------------------
 "$Q" create dl --max-receives 1 >/dev/null
