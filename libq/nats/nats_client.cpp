@@ -209,6 +209,30 @@ void Client::request(const std::string& subject, const std::string& data) {
   if (s != NATS_OK) fail("acknowledging a delivery", s, {});
 }
 
+std::optional<jsStreamState> Client::stream_state(const std::string& stream,
+                                                  const std::string& what) {
+  jsStreamState state{};
+  jsErrCode code{};
+  natsStatus s = retry(
+      what,
+      [&](jsErrCode* err) {
+        jsStreamInfo* si = nullptr;
+        natsStatus st = js_GetStreamInfo(&si, js_, stream.c_str(), nullptr, err);
+        if (st == NATS_OK) {
+          state = si->State;
+          state.Subjects = nullptr;
+          state.Deleted = nullptr;
+          state.Lost = nullptr;
+        }
+        jsStreamInfo_Destroy(si);
+        return st;
+      },
+      &code);
+  if (s == NATS_NOT_FOUND || code == kStreamNotFound) return std::nullopt;
+  if (s != NATS_OK) fail(what, s, code);
+  return state;
+}
+
 void Client::open_bucket(const std::string& bucket, int replicas) {
   bucket_ = bucket;
   bucket_stream_ = "KV_" + bucket;

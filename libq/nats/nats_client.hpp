@@ -82,6 +82,10 @@ class Client {
   // the server answered.
   void request(const std::string& subject, const std::string& data);
 
+  // The state of `stream` (counts, first and last sequence), retried; nullopt
+  // when the stream does not exist; Error naming `what` on any other failure.
+  std::optional<jsStreamState> stream_state(const std::string& stream, const std::string& what);
+
   // ---- records on a KV bucket, by the stream API (for its error codes) ----
   void open_bucket(const std::string& bucket, int replicas);
   std::optional<Record> get(const std::string& key);

@@ -123,27 +123,8 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
 }
 
 std::optional<jsStreamState> DeadLetters::state(const std::string& queue) {
-  jsStreamState state{};
-  jsErrCode code{};
-  natsStatus s = client_.retry(
-      "reading the dead letters of queue " + queue,
-      [&](jsErrCode* err) {
-        jsStreamInfo* si = nullptr;
-        natsStatus st =
-            js_GetStreamInfo(&si, client_.js(), names_.dead_stream(queue).c_str(), nullptr, err);
-        if (st == NATS_OK) {
-          state = si->State;
-          state.Subjects = nullptr;
-          state.Deleted = nullptr;
-          state.Lost = nullptr;
-        }
-        jsStreamInfo_Destroy(si);
-        return st;
-      },
-      &code);
-  if (s == NATS_NOT_FOUND || code == kStreamNotFound) return std::nullopt;
-  if (s != NATS_OK) client_.fail("reading the dead letters of queue " + queue, s, code);
-  return state;
+  return client_.stream_state(names_.dead_stream(queue),
+                              "reading the dead letters of queue " + queue);
 }
 
 std::uint64_t DeadLetters::count(const std::string& queue) {
