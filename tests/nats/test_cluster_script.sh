@@ -3,12 +3,8 @@
 # meta group, survives kill -9 of its meta leader (a new leader is elected), the
 # node rejoins after a restart, and stop leaves no process or directory behind.
 # Skipped (77) when Debian's nats-server is not installed.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib.sh"
+nats_require
 dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-test.XXXXXX")
 trap '"$cluster" stop "$dir" 2>/dev/null; rm -rf "$dir"' EXIT
 
@@ -37,5 +33,4 @@ pids=$(cat "$dir"/n*.pid)
 for p in $pids; do
   [[ -r /proc/$p/stat && $(cut -d' ' -f3 /proc/$p/stat) != Z ]] && fail "stop left nats-server pid $p"
 done
-((fails == 0)) && echo "PASS: nats-cluster start/kill leader/restart/stop"
-exit $((fails > 0))
+finish "nats-cluster start/kill leader/restart/stop"

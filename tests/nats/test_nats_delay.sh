@@ -7,24 +7,9 @@
 # delay beyond the retention is refused (65); the receive count starts at 1.
 #   test_nats_delay.sh Q_BINARY
 # Skipped (77) without nats-server or q-nats.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-Q=${1:?usage: test_nats_delay.sh Q_BINARY}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-scale=${Q_TEST_TIME_SCALE:-1}
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-delay.XXXXXX")
-trap '"$cluster" stop "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
-urls=$("$cluster" start "$dir" 3) || { echo "FAIL: cluster start"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+nats_test delay "${1:?usage: test_nats_delay.sh Q_BINARY}"
 export Q_FILE="$urls/delay"
-now_ms() { date +%s%3N; }
-q() { OUT=$("$Q" "$@" 2>"$dir/err"); RC=$?; ERR=$(cat "$dir/err"); }
-expect() { [[ $RC == "$1" ]] || fail "$2: exit $RC, expected $1 (stderr: $ERR)"; }
-counts() { "$Q" stats "$1" --json | jq -r '"\(.visible) \(.in_flight) \(.delayed)"'; }
 
 # ---- --delay: delayed, passed over, the message behind it delivered ------------------
 q create jobs --visibility-timeout 5s
@@ -101,5 +86,4 @@ q receive jobs --json
 q nack jobs "$(jq -r .receipt <<<"$OUT")" --delay 3s
 [[ $(counts jobs) == "0 0 1" ]] || fail "stats after nack --delay: $(counts jobs)"
 
-((fails == 0)) && echo "PASS: NATS delays"
-exit $((fails > 0))
+finish "NATS delays"

@@ -8,20 +8,10 @@
 # which the last-delivery check catches (verified by disabling the check).
 #   test_nats_fencing.sh Q_BINARY [MESSAGES] [CONSUMERS]
 # Skipped (77) without nats-server or q-nats.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-Q=${1:?usage: test_nats_fencing.sh Q_BINARY [MESSAGES] [CONSUMERS]}
+source "$(dirname "$0")/lib.sh"
+nats_test fence "${1:?usage: test_nats_fencing.sh Q_BINARY [MESSAGES] [CONSUMERS]}"
 messages=${2:-40}
 consumers=${3:-4}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-fence.XXXXXX")
-trap 'kill $(jobs -p) 2>/dev/null; "$cluster" stop "$dir/c" >/dev/null 2>&1; rm -rf "$dir"' EXIT
-urls=$("$cluster" start "$dir/c" 3) || { echo "FAIL: cluster start"; exit 1; }
 export Q_FILE="$urls/fence"
 # Never dead-lettered (max receives 0): every message must end acked.
 "$Q" create race --visibility-timeout 1s --max-receives 0 || { echo "FAIL: create"; exit 1; }
@@ -35,32 +25,31 @@ consumer() {  # N: receive, hold 0-2 s, ack; log "ID EXIT" per ack
     idle=0
     id=$(jq -r .id <<<"$out")
     receipt=$(jq -r .receipt <<<"$out")
-    echo "$id $receipt $(jq -r .receive_count <<<"$out")" >>"$dir/recv.$1"
+    echo "$id $receipt $(jq -r .receive_count <<<"$out")" >>"$T/recv.$1"
     sleep "$((RANDOM % 20 / 10)).$((RANDOM % 10))"
     "$Q" ack race "$receipt" >/dev/null 2>&1
-    echo "$id $? $receipt" >>"$dir/acks.$1"
+    echo "$id $? $receipt" >>"$T/acks.$1"
   done
 }
 for ((c = 1; c <= consumers; c++)); do consumer "$c" & done
 wait
-cat "$dir"/acks.* >"$dir/acks"
-cat "$dir"/recv.* >"$dir/recv"
+cat "$T"/acks.* >"$T/acks"
+cat "$T"/recv.* >"$T/recv"
 # The receipt of each message's last delivery, and the receipt acked for it.
-not_last=$(join <(sort -k1,1 -k3,3n "$dir/recv" | awk '{last[$1] = $2} END {for (i in last) print i, last[i]}' | sort) \
-                <(awk '$2 == 0 {print $1, $3}' "$dir/acks" | sort) | awk '$2 != $3' | wc -l)
+not_last=$(join <(sort -k1,1 -k3,3n "$T/recv" | awk '{last[$1] = $2} END {for (i in last) print i, last[i]}' | sort) \
+                <(awk '$2 == 0 {print $1, $3}' "$T/acks" | sort) | awk '$2 != $3' | wc -l)
 
-done_ids=$(awk '$2 == 0 {print $1}' "$dir/acks" | sort)
+done_ids=$(awk '$2 == 0 {print $1}' "$T/acks" | sort)
 unique=$(uniq <<<"$done_ids" | grep -c . || true)
 twice=$(uniq -d <<<"$done_ids" | grep -c . || true)
-stale=$(awk '$2 == 3' "$dir/acks" | wc -l)
-other=$(awk '$2 != 0 && $2 != 3' "$dir/acks" | wc -l)
-echo "acks: $(wc -l <"$dir/acks") attempts, $unique messages acked, $stale refused as stale, $twice acked twice, $other other failures"
+stale=$(awk '$2 == 3' "$T/acks" | wc -l)
+other=$(awk '$2 != 0 && $2 != 3' "$T/acks" | wc -l)
+echo "acks: $(wc -l <"$T/acks") attempts, $unique messages acked, $stale refused as stale, $twice acked twice, $other other failures"
 ((unique == messages)) || fail "$unique of $messages messages acked"
 ((twice == 0)) || fail "$twice messages acked by two deliveries: $(uniq -d <<<"$done_ids" | head -3 | tr '\n' ' ')"
 ((not_last == 0)) || fail "$not_last messages acked by a delivery that was not their last (a stale receipt acted)"
-((other == 0)) || fail "$other acks failed otherwise: $(awk '$2 != 0 && $2 != 3' "$dir/acks" | head -3 | tr '\n' ' ')"
+((other == 0)) || fail "$other acks failed otherwise: $(awk '$2 != 0 && $2 != 3' "$T/acks" | head -3 | tr '\n' ' ')"
 ((stale > 0)) || echo "note: no ack went stale this run (no lease ran out before its ack)"
 stats=$("$Q" stats race --json)
 [[ $(jq -r '.visible + .in_flight + .delayed' <<<"$stats") == 0 ]] || fail "queue not empty: $stats"
-((fails == 0)) && echo "PASS: fencing under contention"
-exit $((fails > 0))
+finish "fencing under contention"

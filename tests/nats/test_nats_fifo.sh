@@ -8,24 +8,9 @@
 # wait record), not when a lease runs out; stats count groups and held groups.
 #   test_nats_fifo.sh Q_BINARY
 # Skipped (77) without nats-server or q-nats.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-Q=${1:?usage: test_nats_fifo.sh Q_BINARY}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-scale=${Q_TEST_TIME_SCALE:-1}
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-T=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-fifo.XXXXXX")
-trap '"$cluster" stop "$T/c" >/dev/null 2>&1; rm -rf "$T"' EXIT
-urls=$("$cluster" start "$T/c" 3) || { echo "FAIL: cluster start"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+nats_test fifo "${1:?usage: test_nats_fifo.sh Q_BINARY}"
 export Q_FILE="$urls/fifo"
-now_ms() { date +%s%3N; }
-q() { OUT=$("$Q" "$@" 2>"$T/err"); RC=$?; ERR=$(cat "$T/err"); }
-expect() { [[ $RC == "$1" ]] || fail "$2: exit $RC, expected $1 (stderr: $ERR)"; }
-stat_field() { "$Q" stats "$1" --json | jq -r ".$2"; }
 
 # ---- the rules: a group is required, no per-message delay, the kind is fixed -------------
 q create orders --fifo --visibility-timeout 700ms --max-receives 0
@@ -127,5 +112,4 @@ done
 [[ $(stat_field orders visible) == 0 && $(stat_field orders groups) == 0 ]] ||
   fail "drained: $("$Q" stats orders --json)"
 
-((fails == 0)) && echo "PASS: NATS FIFO"
-exit $((fails > 0))
+finish "NATS FIFO"

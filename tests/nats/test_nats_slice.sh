@@ -7,28 +7,9 @@
 # after a redelivery; stats exact; max depth (exit 75).
 #   test_nats_slice.sh Q_BINARY
 # Skipped (77) without nats-server or q-nats.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-Q=${1:?usage: test_nats_slice.sh Q_BINARY}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-scale=${Q_TEST_TIME_SCALE:-1}
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-slice.XXXXXX")
-trap '"$cluster" stop "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
-urls=$("$cluster" start "$dir" 3) || { echo "FAIL: cluster start"; exit 1; }
-source "$dir/env"
+source "$(dirname "$0")/lib.sh"
+nats_test slice "${1:?usage: test_nats_slice.sh Q_BINARY}"
 export Q_FILE="$urls/slice"
-now_ms() { date +%s%3N; }
-# q ARGS...: runs q, stdout in OUT, stderr in ERR, exit status in RC.
-q() { OUT=$("$Q" "$@" 2>"$dir/err"); RC=$?; ERR=$(cat "$dir/err"); }
-expect() {  # RC WHAT: the last q exited RC
-  [[ $RC == "$1" ]] || fail "$2: exit $RC, expected $1 (stderr: $ERR)"
-}
-stat() { "$Q" stats "$1" --json | jq -r ".$2"; }
 
 # ---- locations -----------------------------------------------------------------
 q -f "nats://127.0.0.1:$CLIENT_1" stats
@@ -61,7 +42,7 @@ q list
 [[ $OUT == jobs ]] || fail "list: '$OUT'"
 q config jobs --max-receives 9
 expect 0 "config"
-[[ $(stat jobs config.max_receives 2>/dev/null || "$Q" stats jobs --json) ]] || true
+[[ $(stat_field jobs config.max_receives 2>/dev/null || "$Q" stats jobs --json) ]] || true
 q receive nosuch
 expect 66 "receive from a queue that does not exist"
 
@@ -75,14 +56,14 @@ expect 0 "receive"
 [[ $(jq -r .body <<<"$OUT") == hello ]] || fail "body: $OUT"
 [[ $(jq -r .attributes.k <<<"$OUT") == v ]] || fail "attributes: $OUT"
 r=$(jq -r .receipt <<<"$OUT")
-[[ $(stat jobs in_flight) == 1 && $(stat jobs visible) == 0 ]] || fail "stats while in flight: $("$Q" stats jobs --json)"
+[[ $(stat_field jobs in_flight) == 1 && $(stat_field jobs visible) == 0 ]] || fail "stats while in flight: $("$Q" stats jobs --json)"
 q ack jobs "$r"
 expect 0 "ack"
 q ack jobs "$r"
 expect 3 "ack of an acked receipt"
 q ack jobs m1.zz
 expect 65 "a malformed receipt"
-[[ $(stat jobs visible) == 0 && $(stat jobs in_flight) == 0 ]] || fail "stats after ack: $("$Q" stats jobs --json)"
+[[ $(stat_field jobs visible) == 0 && $(stat_field jobs in_flight) == 0 ]] || fail "stats after ack: $("$Q" stats jobs --json)"
 q receive jobs
 expect 1 "receive from an empty queue"
 
@@ -103,7 +84,7 @@ q extend jobs "$r1" --by 10s
 expect 3 "extend with the earlier receipt"
 q nack jobs "$r1"
 expect 3 "nack with the earlier receipt"
-[[ $(stat jobs in_flight) == 1 ]] || fail "the stale ack acted: $("$Q" stats jobs --json)"
+[[ $(stat_field jobs in_flight) == 1 ]] || fail "the stale ack acted: $("$Q" stats jobs --json)"
 # ---- extend: the lease and JetStream's timer move together --------------------------
 q extend jobs "$r2" --by 6s
 expect 0 "extend"
@@ -124,39 +105,39 @@ expect 0 "ack after the nack's redelivery"
 
 # ---- batch, -n, dedup, stats ----------------------------------------------------------
 q create batch
-seq 1 100 | "$Q" send batch --lines >"$dir/ids"
-[[ $(sort -u "$dir/ids" | wc -l) == 100 ]] || fail "--lines: $(wc -l <"$dir/ids") ids"
-[[ $(stat batch visible) == 100 ]] || fail "stats after 100 sends: $("$Q" stats batch --json)"
-[[ $(stat batch oldest_age_ms) =~ ^[0-9]+$ ]] || fail "oldest_age_ms: $("$Q" stats batch --json)"
+seq 1 100 | "$Q" send batch --lines >"$T/ids"
+[[ $(sort -u "$T/ids" | wc -l) == 100 ]] || fail "--lines: $(wc -l <"$T/ids") ids"
+[[ $(stat_field batch visible) == 100 ]] || fail "stats after 100 sends: $("$Q" stats batch --json)"
+[[ $(stat_field batch oldest_age_ms) =~ ^[0-9]+$ ]] || fail "oldest_age_ms: $("$Q" stats batch --json)"
 q receive batch -n 10 --json
 [[ $(wc -l <<<"$OUT") == 10 ]] || fail "receive -n 10 gave $(wc -l <<<"$OUT")"
 [[ $(jq -r .body <<<"$OUT" | tr '\n' ' ') == "1 2 3 4 5 6 7 8 9 10 " ]] || fail "order: $(jq -r .body <<<"$OUT" | tr '\n' ' ')"
 jq -r .receipt <<<"$OUT" | "$Q" ack batch >/dev/null || fail "ack of 10 receipts from stdin"
-[[ $(stat batch visible) == 90 && $(stat batch in_flight) == 0 ]] || fail "stats after acking 10: $("$Q" stats batch --json)"
+[[ $(stat_field batch visible) == 90 && $(stat_field batch in_flight) == 0 ]] || fail "stats after acking 10: $("$Q" stats batch --json)"
 q send batch x --dedup-id once --json
 first=$OUT
 q send batch y --dedup-id once --json
 [[ $(jq -r .duplicate <<<"$OUT") == true && $(jq -r .id <<<"$OUT") == $(jq -r .id <<<"$first") ]] ||
   fail "dedup: $first then $OUT"
 q purge batch
-[[ $OUT == *91* || $(stat batch visible) == 0 ]] || fail "purge: $OUT"
+[[ $OUT == *91* || $(stat_field batch visible) == 0 ]] || fail "purge: $OUT"
 
 # ---- max depth: exit 75, nothing sent --------------------------------------------------
 q create small --max-depth 2
 q send small a; q send small b
 q send small c
 expect 75 "a send over max depth"
-[[ $(stat small visible) == 2 ]] || fail "max depth: $("$Q" stats small --json)"
+[[ $(stat_field small visible) == 2 ]] || fail "max depth: $("$Q" stats small --json)"
 
 # ---- --wait: a long poll woken by a send within milliseconds ----------------------------
 q create poll
-( "$Q" receive poll --wait 20s --json >"$dir/poll.out"; echo $? >"$dir/poll.rc"; now_ms >"$dir/poll.end" ) &
+( "$Q" receive poll --wait 20s --json >"$T/poll.out"; echo $? >"$T/poll.rc"; now_ms >"$T/poll.end" ) &
 sleep 1
 sent=$(now_ms)
 "$Q" send poll ping >/dev/null
 wait
-[[ $(cat "$dir/poll.rc") == 0 && $(jq -r .body "$dir/poll.out") == ping ]] || fail "long poll: $(cat "$dir/poll.out")"
-woke=$(($(cat "$dir/poll.end") - sent))
+[[ $(cat "$T/poll.rc") == 0 && $(jq -r .body "$T/poll.out") == ping ]] || fail "long poll: $(cat "$T/poll.out")"
+woke=$(($(cat "$T/poll.end") - sent))
 ((woke < 1000 * scale)) || fail "the long poll returned ${woke} ms after the send"
 echo "long poll returned ${woke} ms after the send"
 
@@ -165,5 +146,4 @@ q export jobs
 expect 64 "export (not yet on nats://)"
 [[ $ERR == *"not available on nats:// locations yet"* ]] || fail "export: '$ERR'"
 
-((fails == 0)) && echo "PASS: NATS slice"
-exit $((fails > 0))
+finish "NATS slice"

@@ -8,22 +8,9 @@
 # and on a FIFO queue q work -j 4 never runs two messages of one group at once.
 #   test_nats_work.sh Q_BINARY
 # Skipped (77) without nats-server or q-nats.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/nats-cluster
-Q=${1:?usage: test_nats_work.sh Q_BINARY}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-scale=${Q_TEST_TIME_SCALE:-1}
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-T=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-work.XXXXXX")
-trap '"$cluster" stop "$T/c" >/dev/null 2>&1; rm -rf "$T"' EXIT
-urls=$("$cluster" start "$T/c" 3) || { echo "FAIL: cluster start"; exit 1; }
+source "$(dirname "$0")/lib.sh"
+nats_test work "${1:?usage: test_nats_work.sh Q_BINARY}"
 export Q_FILE="$urls/work" T
-now_ms() { date +%s%3N; }
-counts() { "$Q" stats "$1" --json | jq -r '"\(.visible) \(.in_flight) \(.delayed)"'; }
 
 # ---- a drain with -j 4: every message run once ---------------------------------------
 "$Q" create jobs --visibility-timeout 5s >/dev/null
@@ -140,5 +127,4 @@ chmod +x "$T/one.sh"
 [[ $(grep a "$T/work-order" | tr '\n' ' ') == "a1 a2 a3 a4 " ]] || fail "group a: $(grep a "$T/work-order" | tr '\n' ' ')"
 [[ $(grep b "$T/work-order" | tr '\n' ' ') == "b1 b2 b3 b4 " ]] || fail "group b: $(grep b "$T/work-order" | tr '\n' ' ')"
 
-((fails == 0)) && echo "PASS: NATS q work"
-exit $((fails > 0))
+finish "NATS q work"
