@@ -27,7 +27,7 @@ COUNTS=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../scripts/nats-cluster
 dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-saturate.XXXXXX")
-trap 'kill $(jobs -p) 2>/dev/null; "$cluster" stop "$dir/c" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; "$cluster" stop "$dir/c" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 urls=$("$cluster" start "$dir/c" 3)
 source "$dir/c/env"
 pids=$(cat "$dir"/c/n*.pid)
