@@ -159,7 +159,8 @@ void add_work(CLI::App& app, Context& ctx) {
   cmd->add_flag("-q,--quiet", f->quiet, "No progress line, notes or summary on stderr");
   cmd->add_option("--to", f->to,
                   "A stage: the stdout of each successful run becomes messages on DST, sent in "
-                  "the transaction that acks the message (exactly once per ack)")
+                  "the transaction that acks the message (exactly once per ack; on nats:// "
+                  "published just before the ack, a retry stored once: see man q-work)")
       ->type_name("DST");
   cmd->add_flag("--to-lines", f->to_lines,
                 "With --to: one message per line of the output (default: the whole output as "

@@ -178,6 +178,13 @@ Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
     std::string why = fmt::format("output not sent to {}: {}", o_.stage.to, e.what());
     return retry(m, why, why, run_report(ending));
   }
+  if (result.outcome != q::ReceiptOutcome::Done && !result.sent.empty())
+    // nats:// publishes before the ack: the lease was lost in between.
+    return {Tally::Failed,
+            fmt::format("message {}: done, but its lease was lost before the ack; its output "
+                        "was sent to {} all the same (it runs again, and that run's output is "
+                        "stored once within {}'s dedup window; raise the visibility timeout?)",
+                        m.id, o_.stage.to, o_.stage.to)};
   if (result.outcome != q::ReceiptOutcome::Done)
     return {Tally::Failed,
             fmt::format("message {}: done, but its lease was lost before the ack; its output "

@@ -308,7 +308,7 @@ complete -c q -n '__q_at "q work"' -l exit-when-empty -d 'Exit once nothing is v
 complete -c q -n '__q_at "q work"' -s n -l max-messages -x -d 'Exit after taking N messages'
 complete -c q -n '__q_at "q work"' -l trip -x -d 'Circuit breaker: after N failures within DUR, pause the queue (with the reason) and stop as on SIGTERM'
 complete -c q -n '__q_at "q work"' -s q -l quiet -d 'No progress line, notes or summary on stderr'
-complete -c q -n '__q_at "q work"' -l to -x -d 'A stage: the stdout of each successful run becomes messages on DST, sent in the transaction that acks the message (exactly once per ack)'
+complete -c q -n '__q_at "q work"' -l to -x -d 'A stage: the stdout of each successful run becomes messages on DST, sent in the transaction that acks the message (exactly once per ack; on nats:// published just before the ack, a retry stored once: see man q-work)'
 complete -c q -n '__q_at "q work"' -l to-lines -d 'With --to: one message per line of the output (default: the whole output as one message; empty output sends nothing)'
 complete -c q -n '__q_at "q work"' -l to-max-bytes -x -d 'With --to: the most stdout a run may write'
 complete -c q -n '__q_at "q work"' -l to-attr -x -d 'With --to: set an attribute on the output messages (repeatable; the source\'s attributes are carried over)'

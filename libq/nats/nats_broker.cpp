@@ -24,6 +24,7 @@
 #include "nats_rate.hpp"
 #include "nats_records.hpp"
 #include "nats_send.hpp"
+#include "nats_stage.hpp"
 #include "nats_watch.hpp"
 #include "sha256.hpp"
 #include "records.hpp"
@@ -98,6 +99,9 @@ class NatsBroker final : public Broker {
   QueueConfig do_configure(const std::string& queue, const ConfigChange& change) override {
     for (int attempt = 0; attempt < 5; ++attempt) {
       StoredQueue have = must_load(queue);
+      // Nothing to change (q work and q config reading the settings): no
+      // write, so consumers starting together do not race on the record.
+      if (change.empty()) return have.config;
       check_kind_kept(queue, have.config, change);
       QueueConfig config = apply(have.config, change);
       validate(config);
@@ -130,6 +134,7 @@ class NatsBroker final : public Broker {
     counts.dead_letters = dead_.delete_stream(queue);
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
     client_.purge(nats::RateBudget::key(queue));
+    client_.purge(nats::RateBudget::key(queue) + ".*");  // its claims (nats_rate.cpp)
     return counts;
   }
 
@@ -183,6 +188,7 @@ class NatsBroker final : public Broker {
     }
     nats::Publisher publisher(client_, names_, *clock_);
     if (visible_at > now) publisher.visible_at(visible_at);
+    if (!stage_ids_.empty()) publisher.own_ids(stage_ids_);
     auto results = publisher.publish(queue, config, messages);
     if (visible_at > now) {
       std::vector<std::uint64_t> seqs;
@@ -574,12 +580,47 @@ class NatsBroker final : public Broker {
   void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
   void do_unregister_worker(std::uint32_t, Millis) override {}
 
+  // q work --to: the outputs first, with ids named after the source delivery,
+  // then the ack (nats_stage.hpp says why this is exact without a
+  // transaction). A receipt already stale sends nothing; one that goes stale
+  // between the publish and the ack leaves the outputs sent (the source's
+  // next run publishes them again under the same ids: stored once).
+  AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,
+                                const std::string& to, std::vector<OutgoingMessage> messages,
+                                const SendOptions& options) override {
+    StoredQueue have = must_load(queue);
+    AckSendResult result;
+    std::uint64_t seq = 0;
+    try {
+      seq = leases_.current(queue, receipt).seq;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
+      result.outcome =
+          e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
+      result.detail = e.what();
+      return result;
+    }
+    if (!messages.empty()) {
+      SendOptions send = options;
+      send.create_queue = false;
+      stage_ids_ = nats::stage_id_prefix(names_.stream(queue), have.created_at, seq);
+      try {
+        result.sent = do_send(to, std::move(messages), send);
+      } catch (...) {
+        stage_ids_.clear();
+        throw;
+      }
+      stage_ids_.clear();
+    }
+    nats::kill_point("stage-sent");
+    auto acked = do_ack(queue, {receipt}).at(0);
+    result.outcome = acked.outcome;
+    result.detail = acked.detail;
+    return result;
+  }
+
   // ---- not on this backend yet (issue 16) ---------------------------------------
 
-  AckSendResult do_ack_and_send(const std::string&, const std::string&, const std::string&,
-                                std::vector<OutgoingMessage>, const SendOptions&) override {
-    not_yet("q work --to (ack and send)");
-  }
   void do_export_messages(const std::string&, const std::function<void(const Message&)>&) override {
     not_yet("q export");
   }
@@ -631,6 +672,9 @@ class NatsBroker final : public Broker {
   nats::LeaseBook leases_{client_, *clock_, dead_};
   nats::Groups groups_{client_, names_};
   nats::RateBudget rate_{client_, *clock_};
+  // Set only inside do_ack_and_send: the Nats-Msg-Id prefix of a stage's
+  // outputs (nats_stage.hpp), for the do_send it calls.
+  std::string stage_ids_;
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));

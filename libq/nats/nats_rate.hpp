@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "broker.hpp"
@@ -20,7 +22,12 @@ class RateBudget {
   // Takes up to `want` starts from the budget of `queue` (rate > 0); returns
   // how many it took (0: none now).
   std::uint64_t take(const std::string& queue, double rate, std::uint64_t want);
-  // Gives back `starts` taken but not used (best effort: lost races give up).
+  // Gives back `starts` of the last take() for `queue` that were not used,
+  // only while nobody took since (the record is still at the revision that
+  // take wrote): a give-back after another's take would move the arrival time
+  // back under that take's starts and let a third start at once, over the
+  // rate. So a budget is never given back twice over; at worst a start is
+  // lost (the rate is under-used, never exceeded).
   void give_back(const std::string& queue, double rate, std::uint64_t starts);
   // The first time the budget allows a start.
   Millis ready_at(const std::string& queue, double rate);
@@ -30,6 +37,10 @@ class RateBudget {
  private:
   Client& client_;
   const Clock& clock_;
+  // put_if that is exact on a cluster (nats_rate.cpp says why put_if alone is not).
+  std::optional<std::uint64_t> update(const std::string& queue, const std::string& value,
+                                      std::uint64_t revision);
+  std::map<std::string, std::uint64_t> taken_at_;  // queue: the revision its last take wrote
 };
 
 }  // namespace q::nats

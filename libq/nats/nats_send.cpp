@@ -21,7 +21,7 @@ std::vector<SendResult> Publisher::publish(const std::string& queue, const Queue
                                            std::vector<OutgoingMessage>& messages) {
   std::vector<Outgoing> out;
   out.reserve(messages.size());
-  for (auto& m : messages) out.push_back(prepare(queue, config, m));
+  for (auto& m : messages) out.push_back(prepare(queue, config, m, out.size()));
   if (out.size() > 1) publish_async(queue, out);
   std::vector<SendResult> results;
   for (auto& o : out) {
@@ -39,7 +39,7 @@ std::string Publisher::attributes_json(const Attributes& attributes) {
 }
 
 Publisher::Outgoing Publisher::prepare(const std::string& queue, const QueueConfig& config,
-                                       OutgoingMessage& m) {
+                                       OutgoingMessage& m, std::size_t index) {
   Outgoing o;
   o.token = random_token();
   natsMsg* raw = nullptr;
@@ -54,7 +54,7 @@ Publisher::Outgoing Publisher::prepare(const std::string& queue, const QueueConf
   if (!m.dedup_id.empty() && config.dedup_window > 0) {
     msg_id = "d" + sha256_hex(m.dedup_id);
   } else {
-    msg_id = "s" + o.token;
+    msg_id = own_id_prefix_.empty() ? "s" + o.token : own_id_prefix_ + std::to_string(index);
     o.own_id = true;
   }
   natsMsgHeader_Set(raw, "Nats-Msg-Id", msg_id.c_str());

@@ -27,6 +27,11 @@ class Publisher {
   // Messages of this publish become visible at `at` (Q-Visible-At header;
   // nats_delay.hpp); 0: at once.
   void visible_at(Millis at) { visible_at_ = at; }
+  // Messages without a dedup id of the user's get the Nats-Msg-Id
+  // `prefix` + their index in the publish instead of a random one of q's, so
+  // publishing them again (a q work --to stage retried after a crash,
+  // nats_stage.hpp) stores each once within the stream's dedup window.
+  void own_ids(std::string prefix) { own_id_prefix_ = std::move(prefix); }
 
  private:
   struct Outgoing {
@@ -41,8 +46,10 @@ class Publisher {
   const Names& names_;
   const Clock& clock_;
   Millis visible_at_ = 0;
+  std::string own_id_prefix_;
 
-  Outgoing prepare(const std::string& queue, const QueueConfig& config, OutgoingMessage& m);
+  Outgoing prepare(const std::string& queue, const QueueConfig& config, OutgoingMessage& m,
+                   std::size_t index);
   [[noreturn]] void publish_failed(const std::string& queue, natsStatus s, jsErrCode code,
                                    const std::string& text);
   void settle_duplicate(const std::string& queue, Outgoing& o, bool retried);

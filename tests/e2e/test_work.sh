@@ -126,6 +126,15 @@ kill -TERM $w
 wait $w
 assert_eq 0 $? "exit 0 after releasing"
 assert_eq 1 "$(stat_field jobs visible)" "released: visible again at once"
+# SIGINT (Ctrl-C) stops the same way, on a file and on NATS.
+: >"$T/runs"
+"$Q" work jobs --grace 300ms -q -- sh -c 'echo started >>"$T/runs"; sleep 20' &
+w=$!
+for _ in $(seq 50); do [[ -s $T/runs ]] && break; sleep 0.05; done
+kill -INT $w
+wait $w
+assert_eq 0 $? "exit 0 after releasing (SIGINT)"
+assert_eq 1 "$(stat_field jobs visible)" "released at SIGINT: visible again at once"
 "$Q" config jobs --visibility-timeout 1s >/dev/null
 "$Q" purge jobs >/dev/null
 
@@ -155,26 +164,29 @@ assert_exit 64 "$Q" work jobs
 assert_exit 66 "$Q" work nosuchqueue -- true
 
 # ---- a shared --rate holds for all runners together -------------------------------------
-if nats_lacks rate; then
-  skip_part "a queue's shared --rate is not on NATS yet"
-else
-  "$Q" create limited --rate 20/s --visibility-timeout 30s || die "create limited"
-  seq 200 | "$Q" send limited --lines -q
-  : >"$T/starts"
-  pids=()
-  for r in $(seq 10); do
-    "$Q" work limited -j 4 -q -- sh -c 'date +%s%3N >>"$T/starts"' &
-    pids+=($!)
-  done
-  sleep 2.6
-  kill -TERM "${pids[@]}"
-  wait "${pids[@]}"
-  n=$(wc -l <"$T/starts")
-  ((n >= 30)) || fail "only $n starts in 2.6 s at 20/s"
-  max=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
-    best = 0; j = 1
-    for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000) j++; if (i - j + 1 > best) best = i - j + 1 }
-    print best }')
-  ((max <= 24)) || fail "$max starts within one second under a shared 20/s limit"
-  echo "rate: $n starts in 2.6 s, at most $max in any second" >&2
-fi
+"$Q" create limited --rate 20/s --visibility-timeout 30s || die "create limited"
+seq 200 | "$Q" send limited --lines -q
+: >"$T/starts"
+pids=()
+for r in $(seq 10); do
+  "$Q" work limited -j 4 -q -- sh -c 'date +%s%3N >>"$T/starts"' &
+  pids+=($!)
+done
+sleep 2.6
+kill -TERM "${pids[@]}"
+wait "${pids[@]}"
+n=$(wc -l <"$T/starts")
+((n >= 30)) || fail "only $n starts in 2.6 s at 20/s"
+# The stamps are the commands' own: on a loaded machine fork and exec bunch
+# some (26 in one second was seen on a file at load 10). So the limits
+# follow the starts made, with room for that: over the whole span at most
+# 1.25 x 20/s + the burst of 3, and no second over twice the rate. Ten
+# runners not sharing the rate would start 200/s.
+span=$(($(sort -n "$T/starts" | tail -1) - $(sort -n "$T/starts" | head -1)))
+((n * 1000 <= 25 * span + 3000)) || fail "$n starts in $span ms under a shared 20/s limit"
+max=$(sort -n "$T/starts" | awk '{ t[NR] = $1 } END {
+  best = 0; j = 1
+  for (i = 1; i <= NR; i++) { while (t[i] - t[j] >= 1000) j++; if (i - j + 1 > best) best = i - j + 1 }
+  print best }')
+((max <= 43)) || fail "$max starts within one second under a shared 20/s limit"
+echo "rate: $n starts in $span ms, at most $max in any second" >&2

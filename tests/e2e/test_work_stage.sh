@@ -1,7 +1,8 @@
 # q work SRC --to DST: a stage whose output is sent in the transaction that
 # acks the source message (issue 14 item 2).
+# On NATS the output is published, then the source acked (no transaction over
+# two streams; tests/nats/test_nats_stage.sh kills q work between the two).
 source "$(dirname "$0")/lib.sh" "$@"
-nats_lacks stage && skip "on NATS: q work --to (ack and send in one step) is not there yet"
 
 "$Q" create src --visibility-timeout 5s --max-receives 10 || die "create src"
 "$Q" create dst || die "create dst"
@@ -14,8 +15,8 @@ bodies() { "$Q" peek "$1" --json --max 1000 | jq -r .body | sort; }
 for w in alpha beta gamma; do "$Q" send src "$w" --attr origin=test >/dev/null || die send; done
 assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- tr a-z A-Z
 assert_eq $'ALPHA\nBETA\nGAMMA' "$(bodies dst)" "one message on dst per source message"
-assert_eq 3 "$(stat_field src acked)" "the sources are acked"
-assert_eq 0 "$(stat_field src visible)" "nothing left in src"
+nats_lacks counters || assert_eq 3 "$(stat_field src acked)" "the sources are acked"
+assert_eq "0 0" "$(stats_json src | jq -r '"\(.visible) \(.in_flight)"')" "nothing left in src"
 assert_eq test "$("$Q" peek dst --json --max 1 | jq -r .attributes.origin)" \
   "attributes carried over"
 "$Q" purge dst >/dev/null
@@ -33,7 +34,8 @@ assert_eq "split 2" "$("$Q" peek dst --json --max 1 | jq -r '"\(.attributes.orig
 "$Q" send src quiet >/dev/null
 assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- true
 assert_eq 0 "$(stat_field dst visible)" "empty output sends nothing"
-assert_eq 5 "$(stat_field src acked)" "empty output still acks"
+nats_lacks counters || assert_eq 5 "$(stat_field src acked)" "empty output still acks"
+assert_eq "0 0" "$(stats_json src | jq -r '"\(.visible) \(.in_flight)"')" "empty output still acks"
 
 # ---- exit 65: dead-lettered, nothing sent; other failures: released, nothing sent ---
 "$Q" send src bad >/dev/null
@@ -85,5 +87,6 @@ assert_exit 64 "$Q" work src --to-lines -- true
 assert_exit 64 "$Q" work src --to ordered -- true
 assert_contains "$ERR" "--to-group" "a FIFO DST needs a group"
 assert_exit 0 "$Q" work src --to ordered --to-group g1 --exit-when-empty -q -- cat
-assert_eq g1 "$("$Q" peek ordered --json --max 1 | jq -r .group)" "--to-group"
+# (receive, not peek: peek on NATS does not show a message's group yet)
+assert_eq g1 "$("$Q" receive ordered --json | jq -r .group)" "--to-group"
 
