@@ -39,6 +39,13 @@ inline std::string event_id(const char* kind, const std::string& stream, std::ui
   return std::string(kind) + "." + stream + "." + std::to_string(seq) + "." + std::to_string(nonce);
 }
 
+// A decision's event is published again by whoever next sees the decision
+// (a receive taking the message back) when it is younger than this: the
+// counters stream recognises the id for 20 minutes, so a repeat inside this
+// counts once, and an event its process was killed before publishing is
+// counted then.
+constexpr Millis kRecountWithin = 15 * kMinute;
+
 class Counters {
  public:
   Counters(Client& client, const Names& names, const int& replicas)

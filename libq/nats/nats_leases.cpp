@@ -75,6 +75,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (cur && prev.state == Lease::Leased)
       add_attempt(history, ended(prev, prev.worker_since != 0 ? AttemptEnd::HeartbeatLost
                                                               : AttemptEnd::TimedOut));
+    if (cur && counters_) recount(queue, meta->Stream, seq, prev, now);
     if (cur && max_receives != 0 && prev.receives >= max_receives) {
       // Its receives are used up: to the dead letters instead (the CAS decides).
       Lease dead = prev;
@@ -219,6 +220,21 @@ std::uint64_t LeaseBook::change(const std::string& queue, const std::string& rec
   }
   throw Error(ErrorKind::Busy,
               fmt::format("receipt {}: its lease kept changing; try again", receipt));
+}
+
+// The events of the delivery `prev` ended and of its nack, again: a process
+// killed between its lease write and its event left them uncounted; counted
+// already (within the window), the same id counts once.
+void LeaseBook::recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
+                        const Lease& prev, Millis now) {
+  if (prev.nonce == 0 || prev.receives == 0) return;  // delayed at its send: never received
+  if (now - prev.received_at < kRecountWithin)
+    counters_->count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
+  if (prev.state == Lease::Released && !prev.history.empty() &&
+      prev.history.back().end == AttemptEnd::Released &&
+      prev.history.back().receive == prev.receives &&
+      now - prev.history.back().ended_at < kRecountWithin)
+    counters_->count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
 }
 
 Attempt LeaseBook::ended(const Lease& lease, AttemptEnd end, const std::string& reason,

@@ -80,6 +80,8 @@ class LeaseBook {
   const Clock& clock_;
   DeadLetters& dead_;
   bool present(const std::string& stream, std::uint64_t seq);
+  void recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
+               const Lease& prev, Millis now);
   std::mt19937_64 random_;
   Groups* groups_ = nullptr;
   Counters* counters_ = nullptr;

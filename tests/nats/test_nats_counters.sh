@@ -69,7 +69,7 @@ for c in 1 2 3; do consumer "$c" & pids[c]=$!; done
 # The killer: SIGKILL to a random q process of the consumers, every 0.1-0.3 s.
 for ((k = 0; k < 30; k++)); do
   sleep "0.$((RANDOM % 3 + 1))"
-  victim=$(pgrep -f "q-nats (receive|ack) $qn " | shuf -n 1)
+  victim=$(pgrep -f "(receive|ack) $qn " | shuf -n 1)
   [[ -n $victim ]] && kill -9 "$victim" 2>/dev/null && echo "$victim" >>"$dir/kills"
 done &
 killer=$!
