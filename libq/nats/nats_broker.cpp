@@ -13,10 +13,14 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "nats_client.hpp"
+#include "nats_counters.hpp"
+#include "nats_history.hpp"
 #include "nats_dead.hpp"
 #include "nats_delay.hpp"
 #include "nats_groups.hpp"
@@ -70,6 +74,9 @@ class NatsBroker final : public Broker {
       : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
     replicas_ = std::min(3, client_.cluster_size());
     leases_.use_groups(&groups_);
+    leases_.use_counters(&counters_);
+    leases_.use_workers(&workers_);
+    dead_.use_counters(&counters_);
     client_.open_bucket("q_" + location.ns, replicas_);
   }
 
@@ -88,6 +95,7 @@ class NatsBroker final : public Broker {
       ensure_stream(queue, config, true);
       ensure_consumer(queue, config, true);
       dead_.ensure_stream(queue);
+      counters_.ensure_stream();
       if (client_.put_if(Names::config_key(queue), nats::encode_config(config, clock_->now()), 0))
         return true;
     }
@@ -135,6 +143,7 @@ class NatsBroker final : public Broker {
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
     client_.purge(nats::RateBudget::key(queue));
     client_.purge(nats::RateBudget::key(queue) + ".*");  // its claims (nats_rate.cpp)
+    counters_.remove(queue);
     return counts;
   }
 
@@ -196,6 +205,10 @@ class NatsBroker final : public Broker {
         if (!r.duplicate) seqs.push_back(*store::parse_message_id(r.id));
       nats::mark_delayed(client_, queue, seqs, visible_at);
     }
+    // A repeat within the dedup window changed nothing but this counter.
+    for (const auto& r : results)
+      if (r.duplicate)
+        counters_.count(queue, nats::counter::kDeduplicated, "dd." + nats::random_token());
     return results;
   }
 
@@ -204,6 +217,9 @@ class NatsBroker final : public Broker {
   std::vector<Message> do_receive(const std::string& queue,
                                   const ReceiveOptions& options) override {
     StoredQueue have = must_load(queue);
+    leases_.receiver(
+        options.holder_pid != 0 ? options.holder_pid : static_cast<std::uint32_t>(::getpid()),
+        options.worker_since);
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
@@ -274,6 +290,10 @@ class NatsBroker final : public Broker {
         Lease acked = lease;
         acked.state = Lease::Acked;
         auto rev = leases_.change(queue, receipt, seq, acked, revision);
+        // Counted before JetStream hears of it: a receive that finishes this
+        // ack (we died first) counts it with the same id, once.
+        counters_.count(queue, nats::counter::kAcked,
+                        nats::event_id("ak", names_.stream(queue), seq, lease.nonce));
         // Decided: the lease says acked, so no receive hands the message out
         // again (one that gets it finishes this ack). Now tell JetStream; if
         // the cluster does not answer, the ack stands all the same.
@@ -321,7 +341,11 @@ class NatsBroker final : public Broker {
     next.state = Lease::Released;
     next.until = now + delay;
     if (!options.reason.empty()) next.reason = options.reason;
+    nats::add_attempt(next.history,
+                      leases_.ended(lease, AttemptEnd::Released, options.reason, options.run));
     leases_.change(queue, receipt, seq, next, revision);
+    counters_.count(queue, nats::counter::kNacked,
+                    nats::event_id("nk", names_.stream(queue), seq, lease.nonce));
     leases_.rearm(lease.reply, delay);
     return now + delay;
   }
@@ -394,10 +418,10 @@ class NatsBroker final : public Broker {
   // ---- dead letters ------------------------------------------------------------
 
   void do_dead_letter(const std::string& queue, const std::string& receipt,
-                      const std::string& reason, const RunReport&) override {
+                      const std::string& reason, const RunReport& run) override {
     must_load(queue);
     leases_.dead_letter(queue, names_.stream(queue), receipt,
-                        std::string(utf8_prefix(reason, kMaxReason)));
+                        std::string(utf8_prefix(reason, kMaxReason)), run);
   }
 
   std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) override {
@@ -575,10 +599,12 @@ class NatsBroker final : public Broker {
     return "done." + nats::encode_name(queue) + "." + sha256_hex(key);
   }
 
-  // The registry only names a worker's command in the attempt history, which
-  // the NATS backend does not keep (README, Differences on NATS).
-  void do_register_worker(std::uint32_t, Millis, const std::string&) override {}
-  void do_unregister_worker(std::uint32_t, Millis) override {}
+  // The registry names a q work's command in the attempt history
+  // (nats_history.hpp): a record worker.<pid>.<since> while it runs.
+  void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) override {
+    workers_.add(pid, since, command);
+  }
+  void do_unregister_worker(std::uint32_t pid, Millis since) override { workers_.drop(pid, since); }
 
   // q work --to: the outputs first, with ids named after the source delivery,
   // then the ack (nats_stage.hpp says why this is exact without a
@@ -656,8 +682,66 @@ class NatsBroker final : public Broker {
     }
     busy_settings(queue, "resume");
   }
-  std::optional<Message> do_show(const std::string&, const std::string&) override {
-    not_yet("q show");
+  // One message by id with its attempt history: live (the stream's message
+  // at the id's sequence, its state and history from its lease), else a dead
+  // letter (history in its Q-History header). A redriven message keeps its
+  // id but has a new sequence: found by walking the stream for its Q-Id.
+  std::optional<Message> do_show(const std::string& queue, const std::string& id) override {
+    must_load(queue);
+    auto seq = store::parse_message_id(id);
+    std::optional<Message> live;
+    if (seq)
+      if (auto msg = stored(queue, *seq)) {
+        Message m = nats::message_of(msg.get(), *seq);
+        if (m.id == id) live = live_state(queue, *seq, std::move(m));
+      }
+    if (!live) {
+      jsStreamState state = stream_state(queue);
+      std::uint64_t seen = 0;
+      for (std::uint64_t s = state.FirstSeq;
+           !live && state.Msgs > 0 && s <= state.LastSeq && seen < state.Msgs; ++s) {
+        auto msg = stored(queue, s);
+        if (!msg) continue;
+        ++seen;
+        if (nats::header(msg.get(), "Q-Id") == id)
+          live = live_state(queue, s, nats::message_of(msg.get(), s));
+      }
+    }
+    if (live) {
+      if (live->state == MessageState::Dead) return std::nullopt;  // acked or moving
+      return live;
+    }
+    if (auto found = dead_.find(queue, id)) return found->message;
+    return std::nullopt;
+  }
+
+  // A live message's state, receive count, times and attempts from its lease.
+  // Acked (or moving to the dead letters): reported Dead for the caller to drop.
+  Message live_state(const std::string& queue, std::uint64_t seq, Message m) {
+    m.state = MessageState::Visible;
+    auto r = client_.get(Names::lease_key(queue, seq));
+    if (!r) return m;
+    Lease l = Lease::decode(r->value);
+    if (l.state == Lease::Acked || l.state == Lease::Dead) {
+      m.state = MessageState::Dead;
+      return m;
+    }
+    m.receive_count = l.receives;
+    m.reason = l.reason;
+    if (l.first_received_at) m.first_received_at = l.first_received_at;
+    if (l.received_at) m.last_received_at = l.received_at;
+    Millis now = clock_->now();
+    if (l.until > now) {
+      m.state = l.state == Lease::Leased ? MessageState::InFlight : MessageState::Delayed;
+      m.visible_at = l.until;
+    }
+    m.attempts = l.history;
+    if (l.state == Lease::Leased && l.receives > 0) {
+      Attempt open = leases_.ended(l, AttemptEnd::Open);
+      open.ended_at = 0;
+      m.attempts.push_back(std::move(open));
+    }
+    return m;
   }
   void do_backup(const std::string&) override { not_yet("q backup"); }
   std::vector<std::string> do_verify() override { not_yet("q verify"); }
@@ -675,6 +759,8 @@ class NatsBroker final : public Broker {
   // Set only inside do_ack_and_send: the Nats-Msg-Id prefix of a stage's
   // outputs (nats_stage.hpp), for the do_send it calls.
   std::string stage_ids_;
+  nats::Counters counters_{client_, names_, replicas_};
+  nats::Workers workers_{client_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));
@@ -865,7 +951,7 @@ class NatsBroker final : public Broker {
     st.delayed = std::min<std::uint64_t>(delayed, state.Msgs - st.in_flight);
     st.visible = state.Msgs - st.in_flight - st.delayed;
     if (state.Msgs > 0) st.oldest_age = std::max<Millis>(0, now - state.FirstTime / kNs);
-    st.counters.sent = state.LastSeq;
+    st.counters = counters_.read(queue, state.LastSeq);
     st.dead = dead_.count(queue);
     st.pause = active_pause(have);
     if (have.config.fifo) {

@@ -1,5 +1,7 @@
 #include "nats_dead.hpp"
 
+#include "nats_history.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -78,6 +80,9 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
   natsMsgHeader_Set(raw, "Q-Dead-At", std::to_string(dead.until).c_str());
   natsMsgHeader_Set(raw, "Q-First-Received", std::to_string(dead.first_received_at).c_str());
   natsMsgHeader_Set(raw, "Q-Last-Received", std::to_string(dead.received_at).c_str());
+  // The attempt history follows the message (nats_history.hpp).
+  if (auto h = attempts_header(dead.history); !h.empty())
+    natsMsgHeader_Set(raw, "Q-History", h.c_str());
   jsErrCode code{};
   s = client_.retry(
       "dead-lettering message " + id,
@@ -102,6 +107,8 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
         &code);
   }
   if (s != NATS_OK) client_.fail("dead-lettering message " + id, s, code);
+  if (counters_)
+    counters_->count(queue, counter::kDeadLettered, event_id("dl", names_.stream(queue), seq));
   // Now off the queue: +TERM tells the consumer to stop redelivering, the
   // delete (confirmed by the stream's leader) takes it out of the stream.
   if (!reply.empty()) {
@@ -211,6 +218,8 @@ void DeadLetters::redrive(const std::string& queue, const Found& found, const st
     for (const auto& [k, v] : m.attributes) a.push_back({k, v});
     natsMsgHeader_Set(raw, "Q-Attrs", a.dump(-1, ' ', true).c_str());
   }
+  if (auto h = attempts_header(m.attempts); !h.empty())
+    natsMsgHeader_Set(raw, "Q-History", h.c_str());
   std::string msg_id = "r" + names_.dead_stream(queue) + ":" + std::to_string(found.seq);
   natsMsgHeader_Set(raw, "Nats-Msg-Id", msg_id.c_str());
   jsErrCode code{};
@@ -232,6 +241,11 @@ void DeadLetters::redrive(const std::string& queue, const Found& found, const st
                             "and those after it were not redriven",
                             to, m.id));
   if (s != NATS_OK) client_.fail("redriving dead letter " + m.id, s, code);
+  if (counters_) {
+    std::string dead = names_.dead_stream(queue);
+    counters_->count(queue, counter::kRedriven, event_id("rd", dead, found.seq));
+    counters_->count(to, counter::kArrived, event_id("ar", dead, found.seq));
+  }
   remove(queue, found.seq);
 }
 

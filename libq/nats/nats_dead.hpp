@@ -14,6 +14,7 @@
 
 #include "broker.hpp"
 #include "nats_client.hpp"
+#include "nats_counters.hpp"
 #include "nats_records.hpp"
 
 namespace q::nats {
@@ -51,12 +52,17 @@ class DeadLetters {
   void redrive(const std::string& queue, const Found& found, const std::string& to);
   // Removes the dead letter at `seq`; true when it was there.
   bool remove(const std::string& queue, std::uint64_t seq);
+  // Lifetime counters: a move counts `dead_lettered` (event id by the
+  // message's stream and sequence, so a redone move counts once), a redrive
+  // `redriven` on the queue and `arrived` on the one it goes to.
+  void use_counters(Counters* counters) { counters_ = counters; }
 
  private:
   Client& client_;
   const Names& names_;
   const Clock& clock_;
   const int& replicas_;
+  Counters* counters_ = nullptr;
 
   // The stream's state; nullopt when the queue has no dead-letter stream.
   std::optional<jsStreamState> state(const std::string& queue);

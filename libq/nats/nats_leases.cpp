@@ -47,6 +47,9 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     }
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
+      // Its count too, with the acker's event id (counted once if it had).
+      if (counters_)
+        counters_->count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
       finish_ack(meta->Stream, seq, reply, cur->revision);
       return std::nullopt;
     }
@@ -66,9 +69,17 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       client_.request(reply, nak_body(prev.until - now));
       return std::nullopt;
     }
+    // A delivery whose lease ran out ended there (the attempt history).
+    std::vector<Attempt> history =
+        cur ? prev.history : attempts_from_header(header(msg, "Q-History"));
+    if (cur && prev.state == Lease::Leased)
+      add_attempt(history, ended(prev, prev.worker_since != 0 ? AttemptEnd::HeartbeatLost
+                                                              : AttemptEnd::TimedOut));
+    if (cur && counters_) recount(queue, meta->Stream, seq, prev, now);
     if (cur && max_receives != 0 && prev.receives >= max_receives) {
       // Its receives are used up: to the dead letters instead (the CAS decides).
       Lease dead = prev;
+      dead.history = history;
       dead.state = Lease::Dead;
       dead.until = now;
       if (dead.reason.empty())
@@ -89,7 +100,12 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     l.reply = reply;
     l.reason = prev.reason;
     if (!group.empty()) l.group = natsMsg_GetSubject(msg);
+    l.pid = pid_;
+    l.worker_since = worker_since_;
+    l.history = std::move(history);
     if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
+    if (counters_)
+      counters_->count(queue, counter::kReceived, event_id("rc", meta->Stream, seq, l.nonce));
     if (vt != ack_wait) client_.request(reply, nak_body(vt));
     Message m = message_of(msg, seq);
     if (!group.empty()) m.group = json::parse(group);
@@ -100,6 +116,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     m.first_received_at = l.first_received_at;
     m.last_received_at = l.received_at;
     m.reason = l.reason;
+    m.attempts.clear();
     return m;
   }
   return std::nullopt;  // others kept changing the lease: leave the message to them
@@ -205,8 +222,40 @@ std::uint64_t LeaseBook::change(const std::string& queue, const std::string& rec
               fmt::format("receipt {}: its lease kept changing; try again", receipt));
 }
 
+// The events of the delivery `prev` ended and of its nack, again: a process
+// killed between its lease write and its event left them uncounted; counted
+// already (within the window), the same id counts once.
+void LeaseBook::recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
+                        const Lease& prev, Millis now) {
+  if (prev.nonce == 0 || prev.receives == 0) return;  // delayed at its send: never received
+  if (now - prev.received_at < kRecountWithin)
+    counters_->count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
+  if (prev.state == Lease::Released && !prev.history.empty() &&
+      prev.history.back().end == AttemptEnd::Released &&
+      prev.history.back().receive == prev.receives &&
+      now - prev.history.back().ended_at < kRecountWithin)
+    counters_->count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
+}
+
+Attempt LeaseBook::ended(const Lease& lease, AttemptEnd end, const std::string& reason,
+                         const RunReport& run) {
+  Attempt a;
+  a.receive = lease.receives;
+  a.received_at = lease.received_at;
+  a.pid = lease.pid;
+  a.worker_since = lease.worker_since;
+  if (workers_ && lease.worker_since != 0)
+    a.command = workers_->command(lease.pid, lease.worker_since);
+  a.end = end;
+  a.ended_at = clock_.now();
+  a.reason = reason;
+  a.run = run;
+  return a;
+}
+
 void LeaseBook::dead_letter(const std::string& queue, const std::string& stream,
-                            const std::string& receipt, const std::string& reason) {
+                            const std::string& receipt, const std::string& reason,
+                            const RunReport& run) {
   auto cur = current(queue, receipt);
   // The stored message: the delivery's copy is gone with the receive that had it.
   natsMsg* raw = nullptr;
@@ -229,6 +278,7 @@ void LeaseBook::dead_letter(const std::string& queue, const std::string& stream,
   dead.state = Lease::Dead;
   dead.until = clock_.now();
   dead.reason = reason;
+  add_attempt(dead.history, ended(cur.lease, AttemptEnd::DeadLettered, reason, run));
   auto rev = change(queue, receipt, cur.seq, dead, cur.revision);
   dead_.finish(queue, msg.get(), cur.seq, dead, rev, cur.lease.reply);
 }

@@ -10,6 +10,8 @@
 
 #include "broker.hpp"
 #include "nats_client.hpp"
+#include "nats_counters.hpp"
+#include "nats_history.hpp"
 #include "nats_groups.hpp"
 #include "nats_dead.hpp"
 #include "nats_records.hpp"
@@ -28,7 +30,7 @@ class LeaseBook {
   // Decides to dead-letter the delivery a receipt names (CAS to the dead
   // state) and moves it; Error(Stale) as current().
   void dead_letter(const std::string& queue, const std::string& stream, const std::string& receipt,
-                   const std::string& reason);
+                   const std::string& reason, const RunReport& run = {});
 
   struct Current {
     std::uint64_t seq;
@@ -49,6 +51,19 @@ class LeaseBook {
   // FIFO queues: deliveries of a group's message other than its head are
   // passed over (nats_groups.hpp).
   void use_groups(Groups* groups) { groups_ = groups; }
+  // Lifetime counters (nats_counters.hpp): a receive counts `received`, the
+  // finish of an ack another left counts `acked` (with the acker's event id).
+  void use_counters(Counters* counters) { counters_ = counters; }
+  // The attempt history (nats_history.hpp): who the next takes are for (pid,
+  // q work's start time or 0), and q work's registry for command lines.
+  void receiver(std::uint32_t pid, Millis worker_since) {
+    pid_ = pid;
+    worker_since_ = worker_since;
+  }
+  void use_workers(Workers* workers) { workers_ = workers; }
+  // The attempt the delivery `lease` holds, ended now as `end`.
+  Attempt ended(const Lease& lease, AttemptEnd end, const std::string& reason = {},
+                const RunReport& run = {});
   // After the CAS to acked: +ACK, and once the message is gone from `stream`,
   // the lease (at `revision`) is removed. Until then the acked lease stays
   // (a receive that meets it finishes the ack): a lease is never missing
@@ -65,8 +80,14 @@ class LeaseBook {
   const Clock& clock_;
   DeadLetters& dead_;
   bool present(const std::string& stream, std::uint64_t seq);
+  void recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
+               const Lease& prev, Millis now);
   std::mt19937_64 random_;
   Groups* groups_ = nullptr;
+  Counters* counters_ = nullptr;
+  Workers* workers_ = nullptr;
+  std::uint32_t pid_ = 0;
+  Millis worker_since_ = 0;
 };
 
 }  // namespace q::nats

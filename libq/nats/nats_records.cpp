@@ -1,5 +1,7 @@
 #include "nats_records.hpp"
 
+#include "nats_history.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -66,6 +68,9 @@ std::string Lease::encode() const {
               {"a", reply},
               {"why", reason},
               {"g", group},
+              {"p", pid},
+              {"ws", worker_since},
+              {"h", attempts_json(history)},
               {"w", random_token()}}
       .dump();
 }
@@ -83,6 +88,9 @@ Lease Lease::decode(const std::string& text) {
     l.reply = j.at("a");
     l.reason = j.value("why", "");
     l.group = j.value("g", "");
+    l.pid = j.value("p", 0u);
+    l.worker_since = j.value("ws", Millis{0});
+    if (auto h = j.find("h"); h != j.end()) l.history = attempts_from(*h);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::Io, fmt::format("a lease record is damaged ({})", e.what()));
   }
@@ -105,6 +113,7 @@ Message message_of(natsMsg* msg, std::uint64_t seq) {
       m.dead_at = std::stoll(t);
       m.state = MessageState::Dead;
     }
+    m.attempts = attempts_from_header(header(msg, "Q-History"));
     if (auto t = header(msg, "Q-First-Received"); !t.empty() && t != "0")
       m.first_received_at = std::stoll(t);
     if (auto t = header(msg, "Q-Last-Received"); !t.empty() && t != "0")

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "broker.hpp"
 #include "nats_client.hpp"
@@ -73,6 +74,11 @@ struct Lease {
   std::uint32_t receives = 0;
   std::string reply;   // the JetStream ack subject of the current delivery
   std::string reason;  // of the last nack
+  // The attempt history (nats_history.hpp): who holds the open delivery,
+  // and the deliveries that ended.
+  std::uint32_t pid = 0;
+  Millis worker_since = 0;
+  std::vector<Attempt> history;
 
   // JSON with a fresh write token, so every encoding is unique (put_if).
   std::string encode() const;

@@ -115,7 +115,7 @@ on_nats() { [[ $Q_FILE == nats://* ]]; }
 # What the NATS backend does not have (yet): lifetime counters other than sent,
 # FIFO queues, show and attempt history,
 # export/import, backup, verify.
-_NATS_LACKS=" counters fifo show export import backup verify "
+_NATS_LACKS=" fifo export import backup verify "
 nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
 file_backend_only() {
   if on_nats; then skip "on NATS: $*"; fi

@@ -80,8 +80,11 @@ assert_exit 0 "$Q" stats
 assert_eq 3 "$(grep -c . <<<"$OUT")" "stats text of every queue: header and two rows"
 assert_not_contains "$OUT" "lifetime" "stats of every queue: no lifetime line"
 
-# stats is read-only: it does not change the file.
-cp "$Q_FILE" "$T/before.q"
-assert_exit 0 "$Q" stats
-assert_exit 0 "$Q" stats st --json
-cmp -s "$T/before.q" "$Q_FILE" || fail "q stats changed the queue file"
+# stats is read-only: it does not change the file (a file's bytes; on NATS
+# there is no file to compare).
+if ! on_nats; then
+  cp "$Q_FILE" "$T/before.q"
+  assert_exit 0 "$Q" stats
+  assert_exit 0 "$Q" stats st --json
+  cmp -s "$T/before.q" "$Q_FILE" || fail "q stats changed the queue file"
+fi
