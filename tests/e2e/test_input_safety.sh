@@ -3,7 +3,6 @@
 # section 7): what q refuses, and that what it prints is safe for a terminal
 # and valid JSON whatever bytes a message carries.
 source "$(dirname "$0")/lib.sh" "$@"
-nats_lacks export && skip "on NATS: export/import and FIFO queues are not there yet"
 
 # refused CODE FLAG CMD...: exits CODE, names FLAG on stderr, prints nothing.
 refused() {
@@ -73,12 +72,14 @@ assert_exit 0 "$Q" peek attrs --json
 assert_eq '{"k":"2","other":"x"}' "$(jq -c .attributes <<<"$OUT")" "send: last value wins"
 assert_exit_in 0 '{"id":"m900","body":"i","attributes":{"k":"1","k":"3"}}' "$Q" import attrs
 assert_exit 0 "$Q" peek attrs --json -n 10
-assert_eq '{"k":"3"}' "$(jq -c 'select(.id=="m900") | .attributes' <<<"$OUT")" \
+# By body: on NATS an imported id is kept only where the stream's sequence has
+# passed it (README, Differences on NATS); m900 is not, here.
+assert_eq '{"k":"3"}' "$(jq -c 'select(.body=="i") | .attributes' <<<"$OUT")" \
   "import: last value wins"
 # attributes_base64 is read back; what is not UTF-8 is then refused like send.
 assert_exit_in 0 '{"id":"m901","body":"b","attributes_base64":{"YQ==":"w6k="}}' "$Q" import attrs
 assert_exit 0 "$Q" peek attrs --json -n 10
-assert_eq '{"a":"é"}' "$(jq -c 'select(.id=="m901") | .attributes' <<<"$OUT")" \
+assert_eq '{"a":"é"}' "$(jq -c 'select(.body=="b") | .attributes' <<<"$OUT")" \
   "import reads attributes_base64"
 assert_exit_in 65 '{"id":"m902","body":"b","attributes_base64":{"YQ==":"/w=="}}' "$Q" import attrs
 assert_exit_in 65 '{"id":"m903","body":"b","attributes_base64":{"YQ==":"/w="}}' "$Q" import attrs
