@@ -238,6 +238,7 @@ std::vector<std::string> Transfer::import(const std::string& queue, const QueueC
     if (m.body.size() > config.max_size)
       refuse(
           fmt::format("{} bytes, over the queue's max size of {}", m.body.size(), config.max_size));
+    check_outgoing(queue, {m.body, m.attributes, m.dedup_id, m.group});
     if (m.body.size() + 1024 + Publisher::attributes_json(m.attributes).size() > max_payload)
       refuse(
           fmt::format("{} bytes, over what the NATS servers take in one message ({} bytes "
@@ -246,7 +247,6 @@ std::vector<std::string> Transfer::import(const std::string& queue, const QueueC
     if (config.fifo && m.group.empty()) refuse("has no group, and this is a FIFO queue");
     if (!config.fifo && !m.group.empty())
       refuse(fmt::format("has group '{}', and this is a standard queue", m.group));
-    check_outgoing(queue, {m.body, m.attributes, m.dedup_id, m.group});
     for (auto [field, time] :
          {std::pair{"sent_at", std::optional<Millis>(m.sent_at)},
           std::pair{"first_received_at", m.first_received_at},

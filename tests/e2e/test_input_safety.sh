@@ -143,6 +143,7 @@ assert_exit 0 "$Q" stats fifo1
 assert_contains "$OUT" "FIFO: 1 group with messages" "stats: singular group"
 
 # ---- issue 17 section 7: q check with many queues keeps a short status line ----------------
+location=$Q_FILE  # back to it after (a nats:// location on NATS)
 export Q_FILE=$T/many.q
 for i in $(seq 1 40); do "$Q" create "q$i" >/dev/null; done
 assert_exit 0 "$Q" check
@@ -155,7 +156,7 @@ assert_exit 2 "$Q" check --max-depth 0
 status=${OUT%%|*}
 ((${#status} < 600)) || fail "check problem line is ${#status} bytes with 40 problems"
 assert_contains "$status" "and 35 more problems" "check says how many problems it left out"
-export Q_FILE=$T/test.q
+export Q_FILE=$location
 
 # ---- issue 17 section 7: q top with standard input at end of file ---------------------------
 # Measured by read calls (work done), not CPU time: a loaded machine slows a spin
