@@ -160,10 +160,9 @@ woke=$(($(cat "$dir/poll.end") - sent))
 ((woke < 1000 * scale)) || fail "the long poll returned ${woke} ms after the send"
 echo "long poll returned ${woke} ms after the send"
 
-# ---- not yet on this backend: a clear refusal ---------------------------------------------
+# ---- export (tests/nats/test_nats_transfer.sh has the rest) ----------------------------------
 q export jobs
-expect 64 "export (not yet on nats://)"
-[[ $ERR == *"not available on nats:// locations yet"* ]] || fail "export: '$ERR'"
+expect 0 "export"
 
 ((fails == 0)) && echo "PASS: NATS slice"
 exit $((fails > 0))
