@@ -13,7 +13,8 @@ void add_verify(CLI::App& app, Context& ctx) {
       "verify",
       "Check the whole queue file, read-only and safe while it is in use: every "
       "record's checksum, every index entry, the counters. Exit 0 only when all is "
-      "consistent, else 74 with one line per problem");
+      "consistent, else 74 with one line per problem. On nats://: q's settings and "
+      "lease records against the streams");
   cmd->callback([&ctx] {
     auto problems = ctx.open_for_reading()->verify();
     for (const auto& p : problems) ctx.out += p + "\n";

@@ -29,6 +29,9 @@
 #include "nats_records.hpp"
 #include "nats_send.hpp"
 #include "nats_stage.hpp"
+#include "nats_backup.hpp"
+#include "nats_transfer.hpp"
+#include "nats_verify.hpp"
 #include "nats_watch.hpp"
 #include "sha256.hpp"
 #include "records.hpp"
@@ -647,12 +650,21 @@ class NatsBroker final : public Broker {
 
   // ---- not on this backend yet (issue 16) ---------------------------------------
 
-  void do_export_messages(const std::string&, const std::function<void(const Message&)>&) override {
-    not_yet("q export");
+  // Export and import: nats_transfer.hpp.
+  void do_export_messages(const std::string& queue,
+                          const std::function<void(const Message&)>& each) override {
+    StoredQueue have = must_load(queue);
+    transfer_.export_queue(queue, have.config, each);
   }
-  std::vector<std::string> do_import_messages(const std::string&, std::vector<Message>, bool,
-                                              bool) override {
-    not_yet("q import");
+  std::vector<std::string> do_import_messages(const std::string& queue,
+                                              std::vector<Message> messages, bool create_queue,
+                                              bool skip_existing) override {
+    if (create_queue && !load(queue)) {
+      check_new_queue_name(queue);
+      do_create_queue(queue, {});
+    }
+    StoredQueue have = must_load(queue);
+    return transfer_.import(queue, have.config, std::move(messages), skip_existing);
   }
   // A pause lives in the queue's settings record (one CAS), where every
   // receive already looks.
@@ -743,8 +755,11 @@ class NatsBroker final : public Broker {
     }
     return m;
   }
-  void do_backup(const std::string&) override { not_yet("q backup"); }
-  std::vector<std::string> do_verify() override { not_yet("q verify"); }
+  // A queue file holding every queue of the namespace (nats_backup.hpp).
+  void do_backup(const std::string& path) override;
+  std::vector<std::string> do_verify() override {
+    return nats::verify_namespace(client_, names_, dead_);
+  }
 
  private:
   Client client_;
@@ -761,6 +776,7 @@ class NatsBroker final : public Broker {
   std::string stage_ids_;
   nats::Counters counters_{client_, names_, replicas_};
   nats::Workers workers_{client_};
+  nats::Transfer transfer_{client_, names_, *clock_, dead_};
 
   std::optional<StoredQueue> load(const std::string& queue) {
     auto r = client_.get(Names::config_key(queue));
@@ -965,6 +981,23 @@ class NatsBroker final : public Broker {
 };
 
 std::unique_ptr<ChangeWatch> NatsBroker::do_watch() { return nats::watch(client_, names_.ns); }
+
+void NatsBroker::do_backup(const std::string& path) {
+  if (path.rfind("nats://", 0) == 0)
+    throw Error(ErrorKind::Usage,
+                fmt::format("{}: a backup is a queue file; to copy queues onto a cluster, 'q -f "
+                            "FILE export QUEUE | q import QUEUE --create'",
+                            path));
+  nats::backup_to_file(path, *clock_, do_list_queues(), [&](const std::string& queue) {
+    nats::BackupQueue b;
+    auto have = load(queue);
+    if (!have) return std::optional<nats::BackupQueue>{};  // deleted meanwhile
+    b.config = have->config;
+    b.pause = active_pause(*have);
+    transfer_.export_queue(queue, have->config, [&](const Message& m) { b.messages.push_back(m); });
+    return std::optional<nats::BackupQueue>(std::move(b));
+  });
+}
 
 }  // namespace
 

@@ -113,9 +113,8 @@ if [[ ${Q_TEST_LOCATION:-} == nats://* ]]; then
 fi
 on_nats() { [[ $Q_FILE == nats://* ]]; }
 # What the NATS backend does not have (yet): lifetime counters other than sent,
-# FIFO queues, show and attempt history,
-# export/import, backup, verify.
-_NATS_LACKS=" fifo export import backup verify "
+# FIFO queues.
+_NATS_LACKS=" fifo "
 nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
 file_backend_only() {
   if on_nats; then skip "on NATS: $*"; fi

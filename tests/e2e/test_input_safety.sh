@@ -3,7 +3,6 @@
 # section 7): what q refuses, and that what it prints is safe for a terminal
 # and valid JSON whatever bytes a message carries.
 source "$(dirname "$0")/lib.sh" "$@"
-nats_lacks export && skip "on NATS: export/import and FIFO queues are not there yet"
 
 # refused CODE FLAG CMD...: exits CODE, names FLAG on stderr, prints nothing.
 refused() {
@@ -73,12 +72,14 @@ assert_exit 0 "$Q" peek attrs --json
 assert_eq '{"k":"2","other":"x"}' "$(jq -c .attributes <<<"$OUT")" "send: last value wins"
 assert_exit_in 0 '{"id":"m900","body":"i","attributes":{"k":"1","k":"3"}}' "$Q" import attrs
 assert_exit 0 "$Q" peek attrs --json -n 10
-assert_eq '{"k":"3"}' "$(jq -c 'select(.id=="m900") | .attributes' <<<"$OUT")" \
+# By body: on NATS an imported id is kept only where the stream's sequence has
+# passed it (README, Differences on NATS); m900 is not, here.
+assert_eq '{"k":"3"}' "$(jq -c 'select(.body=="i") | .attributes' <<<"$OUT")" \
   "import: last value wins"
 # attributes_base64 is read back; what is not UTF-8 is then refused like send.
 assert_exit_in 0 '{"id":"m901","body":"b","attributes_base64":{"YQ==":"w6k="}}' "$Q" import attrs
 assert_exit 0 "$Q" peek attrs --json -n 10
-assert_eq '{"a":"é"}' "$(jq -c 'select(.id=="m901") | .attributes' <<<"$OUT")" \
+assert_eq '{"a":"é"}' "$(jq -c 'select(.body=="b") | .attributes' <<<"$OUT")" \
   "import reads attributes_base64"
 assert_exit_in 65 '{"id":"m902","body":"b","attributes_base64":{"YQ==":"/w=="}}' "$Q" import attrs
 assert_exit_in 65 '{"id":"m903","body":"b","attributes_base64":{"YQ==":"/w="}}' "$Q" import attrs
@@ -142,6 +143,7 @@ assert_exit 0 "$Q" stats fifo1
 assert_contains "$OUT" "FIFO: 1 group with messages" "stats: singular group"
 
 # ---- issue 17 section 7: q check with many queues keeps a short status line ----------------
+location=$Q_FILE  # back to it after (a nats:// location on NATS)
 export Q_FILE=$T/many.q
 for i in $(seq 1 40); do "$Q" create "q$i" >/dev/null; done
 assert_exit 0 "$Q" check
@@ -154,7 +156,7 @@ assert_exit 2 "$Q" check --max-depth 0
 status=${OUT%%|*}
 ((${#status} < 600)) || fail "check problem line is ${#status} bytes with 40 problems"
 assert_contains "$status" "and 35 more problems" "check says how many problems it left out"
-export Q_FILE=$T/test.q
+export Q_FILE=$location
 
 # ---- issue 17 section 7: q top with standard input at end of file ---------------------------
 # Measured by read calls (work done), not CPU time: a loaded machine slows a spin

@@ -161,6 +161,13 @@ else
   assert_exit 0 "$Q" -f "$T/backup.q" stats retry
   assert_exit 64 "$Q" backup "$Q_FILE"
 
+  if on_nats; then
+    # A message redriven --to another queue keeps its id, and ids are per queue
+    # on NATS: retry's own third send is m3 too, and an import takes two lines
+    # with one id for one message (README, Differences on NATS). Without it:
+    "$Q" purge retry >/dev/null 2>&1
+    "$Q" send retry plain >/dev/null
+  fi
   "$Q" send retry --attr k=v "$(printf 'line1\nline2')" >/dev/null
   printf 'bin\x00\xff' | "$Q" send retry >/dev/null
   run "$Q" export retry

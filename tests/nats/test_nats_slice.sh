@@ -141,9 +141,8 @@ woke=$(($(cat "$T/poll.end") - sent))
 ((woke < 1000 * scale)) || fail "the long poll returned ${woke} ms after the send"
 echo "long poll returned ${woke} ms after the send"
 
-# ---- not yet on this backend: a clear refusal ---------------------------------------------
+# ---- export (tests/nats/test_nats_transfer.sh has the rest) ----------------------------------
 q export jobs
-expect 64 "export (not yet on nats://)"
-[[ $ERR == *"not available on nats:// locations yet"* ]] || fail "export: '$ERR'"
+expect 0 "export"
 
 finish "NATS slice"
