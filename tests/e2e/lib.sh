@@ -113,9 +113,9 @@ if [[ ${Q_TEST_LOCATION:-} == nats://* ]]; then
 fi
 on_nats() { [[ $Q_FILE == nats://* ]]; }
 # What the NATS backend does not have (yet): lifetime counters other than sent,
-# FIFO queues, show and attempt history,
+# show and attempt history,
 # export/import, backup, verify, a queue's shared rate, q work's stages (--to).
-_NATS_LACKS=" counters fifo show export import backup verify rate stage "
+_NATS_LACKS=" counters show export import backup verify rate stage "
 nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
 file_backend_only() {
   if on_nats; then skip "on NATS: $*"; fi
