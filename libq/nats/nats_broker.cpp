@@ -303,7 +303,7 @@ class NatsBroker final : public Broker {
         leases_.finish_ack(names_.stream(queue), seq, lease.reply, rev);
         // FIFO: the group's next message, passed over while this one was its
         // head, goes back to JetStream now (nats_groups.hpp).
-        if (!lease.group.empty()) groups_.wake_next(queue, lease.group, seq);
+        if (!lease.group.empty()) groups_.wake(queue, lease.group, clock_->now());
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
         result.outcome =
@@ -477,13 +477,12 @@ class NatsBroker final : public Broker {
     must_load(queue);
     std::string to = options.to.empty() ? queue : options.to;
     StoredQueue into = to == queue ? must_load(queue) : must_load(to);
-    if (into.config.fifo) not_yet("redriving into a FIFO queue");
     std::vector<nats::DeadLetters::Found> chosen;
     std::size_t max = options.max.value_or(SIZE_MAX);
     if (options.ids.empty()) {
       if (max > 0)
-        dead_.each(queue, [&](const Message& m, std::uint64_t seq) {
-          chosen.push_back({m, seq});
+        dead_.each_found(queue, [&](const nats::DeadLetters::Found& f) {
+          chosen.push_back(f);
           return chosen.size() < max;
         });
     } else {
@@ -499,6 +498,21 @@ class NatsBroker final : public Broker {
         if (chosen.size() >= max) break;
         chosen.push_back(std::move(*found));
       }
+    }
+    if (into.config.fifo) {
+      // As on a file: a FIFO queue takes only messages with a group, and each
+      // goes back to its place in its group's send order (nats_groups.hpp):
+      // moved in that order, so a group's redriven messages line up.
+      for (const auto& c : chosen)
+        if (c.message.group.empty())
+          throw Error(ErrorKind::InvalidData,
+                      fmt::format("queue {}: is a FIFO queue and dead letter {} has no group; "
+                                  "nothing was redriven",
+                                  to, c.message.id));
+      for (auto& c : chosen)
+        if (c.order == 0) c.order = store::parse_message_id(c.message.id).value_or(0);
+      std::stable_sort(chosen.begin(), chosen.end(),
+                       [](const auto& a, const auto& b) { return a.order < b.order; });
     }
     std::vector<Message> out;
     for (const auto& c : chosen) {
@@ -516,7 +530,15 @@ class NatsBroker final : public Broker {
                                 "waiting); nothing was redriven (try --max)",
                                 to, chosen.size(), into.config.max_depth, depth));
     }
-    for (const auto& c : chosen) dead_.redrive(queue, c, to);
+    // Into its own FIFO queue a message goes back to its place in its group
+    // (its redriven subject); into another, to its group's end.
+    if (into.config.fifo && to == queue) groups_.ensure_filters(queue);
+    for (const auto& c : chosen) {
+      std::string subject = !into.config.fifo ? names_.subject(to)
+                            : to == queue     ? groups_.redriven_subject(to, c.message.group)
+                                              : groups_.subject(to, c.message.group);
+      dead_.redrive(queue, c, to, subject, into.config.fifo);
+    }
     return out;
   }
 
@@ -549,8 +571,9 @@ class NatsBroker final : public Broker {
     // A FIFO queue delivers group heads: a group is free when no lease in the
     // future holds it (a delayed message behind its head counts too: that
     // answers later than could be, never earlier).
-    std::uint64_t ready =
-        have.config.fifo ? static_cast<std::uint64_t>(state.NumSubjects) : state.Msgs;
+    std::uint64_t ready = have.config.fifo
+                              ? groups_.count(queue, static_cast<std::uint64_t>(state.NumSubjects))
+                              : state.Msgs;
     Millis next = ready > held ? INT64_MIN : earliest;
     if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
@@ -810,14 +833,16 @@ class NatsBroker final : public Broker {
 
   void ensure_stream(const std::string& queue, const QueueConfig& c, bool create) {
     std::string name = names_.stream(queue);
-    // A FIFO queue: one subject per message group (nats_groups.hpp).
-    std::string subj = c.fifo ? groups_.filter(queue) : names_.subject(queue);
-    const char* subjects[] = {subj.c_str()};
+    // A FIFO queue: two subjects per message group (nats_groups.hpp).
+    std::vector<std::string> subj =
+        c.fifo ? groups_.filters(queue) : std::vector<std::string>{names_.subject(queue)};
+    std::vector<const char*> subjects;
+    for (const auto& f : subj) subjects.push_back(f.c_str());
     jsStreamConfig cfg;
     jsStreamConfig_Init(&cfg);
     cfg.Name = name.c_str();
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
+    cfg.Subjects = subjects.data();
+    cfg.SubjectsLen = static_cast<int>(subjects.size());
     cfg.Retention = js_WorkQueuePolicy;
     cfg.Storage = js_FileStorage;
     cfg.Replicas = replicas_;
@@ -973,7 +998,7 @@ class NatsBroker final : public Broker {
     if (have.config.fifo) {
       // Groups with messages: the group subjects in the stream. Only heads
       // are leased, so the messages in flight are the held groups.
-      st.groups = static_cast<std::uint64_t>(state.NumSubjects);
+      st.groups = groups_.count(queue, static_cast<std::uint64_t>(state.NumSubjects));
       st.held_groups = st.in_flight;
     }
     return st;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "nats_groups.hpp"
 #include "records.hpp"
 
 namespace q::nats {
@@ -73,6 +74,13 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
   MsgPtr out(raw);
   if (s != NATS_OK) client_.fail("dead-lettering message " + id, s, {});
   copy_message_headers(msg, raw, id);
+  // A FIFO message's place in its group's send order, for its redrive: the
+  // sequence it was sent as (a redriven one's is its Q-Order).
+  if (!header(msg, "Q-Group").empty()) {
+    std::string order = header(msg, kOrderHeader);
+    if (order.empty() || !Groups::redriven(natsMsg_GetSubject(msg))) order = std::to_string(seq);
+    natsMsgHeader_Set(raw, kOrderHeader, order.c_str());
+  }
   std::string msg_id = names_.stream(queue) + ":" + std::to_string(seq);
   natsMsgHeader_Set(raw, "Nats-Msg-Id", msg_id.c_str());
   natsMsgHeader_Set(raw, "Q-Reason", json(dead.reason).dump(-1, ' ', true).c_str());
@@ -129,6 +137,13 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
   client_.remove(revision);
 }
 
+// A dead letter's place in its group's send order (Q-Order); 0: none.
+std::uint64_t DeadLetters::order_of(natsMsg* msg) {
+  std::string o = header(msg, kOrderHeader);
+  if (o.empty() || o.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoull(o);
+}
+
 std::optional<jsStreamState> DeadLetters::state(const std::string& queue) {
   return client_.stream_state(names_.dead_stream(queue),
                               "reading the dead letters of queue " + queue);
@@ -143,6 +158,11 @@ std::uint64_t DeadLetters::count(const std::string& queue) {
 // message by sequence or by subject; deleted ones (redriven) are gaps passed over.
 void DeadLetters::each(const std::string& queue,
                        const std::function<bool(const Message&, std::uint64_t)>& each) {
+  each_found(queue, [&](const Found& f) { return each(f.message, f.seq); });
+}
+
+void DeadLetters::each_found(const std::string& queue,
+                             const std::function<bool(const Found&)>& each) {
   auto st = state(queue);
   if (!st || st->Msgs == 0) return;
   std::string stream = names_.dead_stream(queue);
@@ -162,7 +182,7 @@ void DeadLetters::each(const std::string& queue,
     if (s == NATS_NOT_FOUND || code == kNoMessageFound) continue;
     if (s != NATS_OK) client_.fail("reading the dead letters of queue " + queue, s, code);
     ++seen;
-    if (!each(message_of(msg.get(), 0), seq)) return;
+    if (!each(Found{message_of(msg.get(), 0), seq, order_of(msg.get())})) return;
   }
 }
 
@@ -184,7 +204,7 @@ std::optional<DeadLetters::Found> DeadLetters::find(const std::string& queue,
   if (s == NATS_NOT_FOUND || code == kNoMessageFound || code == kStreamNotFound)
     return std::nullopt;
   if (s != NATS_OK) client_.fail("reading dead letter " + id, s, code);
-  return Found{message_of(msg.get(), 0), natsMsg_GetSequence(msg.get())};
+  return Found{message_of(msg.get(), 0), natsMsg_GetSequence(msg.get()), order_of(msg.get())};
 }
 
 std::uint64_t DeadLetters::purge(const std::string& queue) {
@@ -201,10 +221,10 @@ std::uint64_t DeadLetters::purge(const std::string& queue) {
   return st->Msgs;
 }
 
-void DeadLetters::redrive(const std::string& queue, const Found& found, const std::string& to) {
+void DeadLetters::redrive(const std::string& queue, const Found& found, const std::string& to,
+                          const std::string& subj, bool fifo) {
   const Message& m = found.message;
   natsMsg* raw = nullptr;
-  std::string subj = names_.subject(to);
   natsStatus s =
       natsMsg_Create(&raw, subj.c_str(), nullptr, m.body.data(), static_cast<int>(m.body.size()));
   MsgPtr out(raw);
@@ -220,6 +240,11 @@ void DeadLetters::redrive(const std::string& queue, const Found& found, const st
   }
   if (auto h = attempts_header(m.attempts); !h.empty())
     natsMsgHeader_Set(raw, "Q-History", h.c_str());
+  if (fifo) {
+    natsMsgHeader_Set(raw, "Q-Group", json(m.group).dump(-1, ' ', true).c_str());
+    if (Groups::redriven(subj))
+      natsMsgHeader_Set(raw, kOrderHeader, std::to_string(found.order).c_str());
+  }
   std::string msg_id = "r" + names_.dead_stream(queue) + ":" + std::to_string(found.seq);
   natsMsgHeader_Set(raw, "Nats-Msg-Id", msg_id.c_str());
   jsErrCode code{};

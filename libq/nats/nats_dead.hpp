@@ -42,14 +42,19 @@ class DeadLetters {
   struct Found {
     Message message;
     std::uint64_t seq;
+    std::uint64_t order = 0;  // a FIFO message's place in send order (Q-Order); 0: none
   };
+  void each_found(const std::string& queue, const std::function<bool(const Found&)>& each);
   std::optional<Found> find(const std::string& queue, const std::string& id);
   std::uint64_t count(const std::string& queue);
   std::uint64_t purge(const std::string& queue);
-  // Publishes dead letter `found` of `queue` to the queue `to` (keeping its id,
-  // with Nats-Msg-Id = <dead stream>:<seq>, so a repeat stores nothing), then
-  // removes it from the dead letters. Error(Full) when `to` is at max depth.
-  void redrive(const std::string& queue, const Found& found, const std::string& to);
+  // Publishes dead letter `found` of `queue` to the queue `to` on `subject`
+  // (keeping its id, with Nats-Msg-Id = <dead stream>:<seq>, so a repeat
+  // stores nothing), then removes it from the dead letters. `fifo`: `to` is a
+  // FIFO queue (the message keeps its group, and on a redriven subject its
+  // place in send order). Error(Full) when `to` is at max depth.
+  void redrive(const std::string& queue, const Found& found, const std::string& to,
+               const std::string& subject, bool fifo);
   // Removes the dead letter at `seq`; true when it was there.
   bool remove(const std::string& queue, std::uint64_t seq);
   // Lifetime counters: a move counts `dead_lettered` (event id by the
@@ -64,6 +69,7 @@ class DeadLetters {
   const int& replicas_;
   Counters* counters_ = nullptr;
 
+  static std::uint64_t order_of(natsMsg* msg);
   // The stream's state; nullopt when the queue has no dead-letter stream.
   std::optional<jsStreamState> state(const std::string& queue);
 };

@@ -28,9 +28,14 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
   std::string reply = natsMsg_GetReply(msg) ? natsMsg_GetReply(msg) : "";
   std::string key = Names::lease_key(queue, seq);
   std::string group = header(msg, "Q-Group");
-  if (!group.empty() && groups_ &&
-      !groups_->admit(queue, natsMsg_GetSubject(msg), seq, reply, clock_.now(), ack_wait))
+  const std::string subject = natsMsg_GetSubject(msg);
+  const bool fifo = !group.empty() && groups_;
+  if (fifo && !groups_->admit(queue, subject, seq, reply, clock_.now(), ack_wait))
     return std::nullopt;
+  // The group's next message may go now: its head left for good.
+  auto wake = [&] {
+    if (fifo) groups_->wake(queue, Groups::group_of(subject), clock_.now());
+  };
   for (int attempt = 0; attempt < 3; ++attempt) {
     Millis now = clock_.now();
     auto cur = client_.get(key);
@@ -51,6 +56,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       if (counters_)
         counters_->count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
       finish_ack(meta->Stream, seq, reply, cur->revision);
+      wake();
       return std::nullopt;
     }
     // No lease, yet delivered before: its lease went with an ack or a move to
@@ -61,6 +67,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (cur && prev.state == Lease::Dead) {
       // Decided by another that did not finish the move: finish it.
       dead_.finish(queue, msg, seq, prev, cur->revision, reply);
+      wake();
       return std::nullopt;
     }
     if (cur && prev.until > now) {
@@ -87,6 +94,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       auto rev = client_.put_if(key, dead.encode(), cur->revision);
       if (!rev) continue;
       dead_.finish(queue, msg, seq, dead, *rev, reply);
+      wake();
       return std::nullopt;
     }
     Lease l;
@@ -99,11 +107,23 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     l.receives = (cur ? prev.receives : 0) + 1;
     l.reply = reply;
     l.reason = prev.reason;
-    if (!group.empty()) l.group = natsMsg_GetSubject(msg);
+    if (fifo) l.group = Groups::group_of(subject);
     l.pid = pid_;
     l.worker_since = worker_since_;
     l.history = std::move(history);
-    if (!client_.put_if(key, l.encode(), cur ? cur->revision : 0)) continue;
+    auto rev = client_.put_if(key, l.encode(), cur ? cur->revision : 0);
+    if (!rev) continue;
+    if (fifo && !groups_->alone(queue, subject, seq, now)) {
+      // A redrive put an earlier message into the group (or leased one)
+      // while this was admitted: the lease goes back to what it was, and the
+      // delivery waits for its turn.
+      if (cur)
+        client_.put_if(key, prev.encode(), *rev);
+      else
+        client_.remove(*rev);
+      groups_->pass(queue, subject, seq, reply, now, ack_wait);
+      return std::nullopt;
+    }
     if (counters_)
       counters_->count(queue, counter::kReceived, event_id("rc", meta->Stream, seq, l.nonce));
     if (vt != ack_wait) client_.request(reply, nak_body(vt));
@@ -281,6 +301,8 @@ void LeaseBook::dead_letter(const std::string& queue, const std::string& stream,
   add_attempt(dead.history, ended(cur.lease, AttemptEnd::DeadLettered, reason, run));
   auto rev = change(queue, receipt, cur.seq, dead, cur.revision);
   dead_.finish(queue, msg.get(), cur.seq, dead, rev, cur.lease.reply);
+  // A FIFO head moved: its group's next message goes now.
+  if (!cur.lease.group.empty() && groups_) groups_->wake(queue, cur.lease.group, clock_.now());
 }
 
 }  // namespace q::nats

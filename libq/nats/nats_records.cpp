@@ -106,6 +106,7 @@ Message message_of(natsMsg* msg, std::uint64_t seq) {
     if (auto a = header(msg, "Q-Attrs"); !a.empty())
       for (const auto& kv : json::parse(a)) m.attributes.emplace_back(kv.at(0), kv.at(1));
     if (auto d = header(msg, "Q-Dedup"); !d.empty()) m.dedup_id = json::parse(d);
+    if (auto g = header(msg, "Q-Group"); !g.empty()) m.group = json::parse(g);
     if (auto r = header(msg, "Q-Reason"); !r.empty()) m.reason = json::parse(r);
     if (auto t = header(msg, "Q-Sent-At"); !t.empty()) m.sent_at = std::stoll(t);
     if (auto n = header(msg, "Q-Receives"); !n.empty()) m.receive_count = std::stoul(n);
@@ -128,7 +129,7 @@ Message message_of(natsMsg* msg, std::uint64_t seq) {
 
 void copy_message_headers(natsMsg* from, natsMsg* to, const std::string& id) {
   natsMsgHeader_Set(to, "Q-Id", id.c_str());
-  for (const char* key : {"Q-Sent-At", "Q-Dedup", "Q-Attrs"})
+  for (const char* key : {"Q-Sent-At", "Q-Dedup", "Q-Attrs", "Q-Group"})
     if (auto v = header(from, key); !v.empty()) natsMsgHeader_Set(to, key, v.c_str());
 }
 

@@ -87,11 +87,11 @@ struct Lease {
 
 // A q message as stored on a queue's stream or a dead-letter stream: its id
 // is the Q-Id header (kept through a redrive), else m<`seq`>; body, attributes,
-// dedup id and sent_at from the headers; a dead letter's reason, receive
+// dedup id, group and sent_at from the headers; a dead letter's reason, receive
 // count and times too.
 Message message_of(natsMsg* msg, std::uint64_t seq);
 // Copies the headers that travel with a message when it moves (Q-Id, Q-Sent-At,
-// Q-Dedup, Q-Attrs); Q-Id is set to `id`.
+// Q-Dedup, Q-Attrs, Q-Group); Q-Id is set to `id`.
 void copy_message_headers(natsMsg* from, natsMsg* to, const std::string& id);
 
 // A header of a NATS message; empty when absent.

@@ -112,9 +112,8 @@ if [[ ${Q_TEST_LOCATION:-} == nats://* ]]; then
   export Q_FILE="${Q_TEST_LOCATION%/*}/t-$_ns-$$-$((SRANDOM % 100000))"
 fi
 on_nats() { [[ $Q_FILE == nats://* ]]; }
-# What the NATS backend does not have (yet): lifetime counters other than sent,
-# FIFO queues.
-_NATS_LACKS=" fifo "
+# What the NATS backend does not have (yet); empty: every feature is there.
+_NATS_LACKS=" "
 nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
 file_backend_only() {
   if on_nats; then skip "on NATS: $*"; fi

@@ -2,7 +2,6 @@
 # processes, competing consumers (some "crashing" before their ack) drain it,
 # and for every group the acked sequence must be exactly the sent sequence.
 source "$(dirname "$0")/lib.sh" "$@"
-nats_lacks fifo && skip "on NATS: FIFO queues are not there yet"
 
 "$Q" create orders --fifo --visibility-timeout 700ms --max-receives 0 || die "create"
 assert_exit 64 "$Q" send orders "no group"

@@ -65,6 +65,83 @@ q create cd --fifo --content-dedup on
 q send cd --group g same --json
 [[ $(jq -r .duplicate <<<"$OUT") == true ]] || fail "content dedup: $OUT"
 
+# ---- a dead-lettered head frees its group at once; redrive puts it back in its place ---------
+# a1 is the head (lease 30s), a2 passed over (its redelivery put off for 30s). a1
+# is nacked and, with --max-receives 1, dead-lettered by the receive that gets it
+# again: a2 must come in that same receive, not when its 30s are over.
+q create dl --fifo --visibility-timeout 30s --max-receives 1
+for m in a1 a2 a3; do "$Q" send dl --group a "$m" >/dev/null || fail "send $m"; done
+q receive dl -n 10 --json
+[[ $(jq -r .body <<<"$OUT") == a1 ]] || fail "dl: the head first: '$OUT'"
+ra1=$(jq -r .receipt <<<"$OUT")
+"$Q" nack dl "$ra1" --reason "bad a1" || fail "nack a1"
+start=$(now_ms)
+q receive dl --wait 10s --json
+took=$(($(now_ms) - start))
+[[ $(jq -r .body <<<"$OUT") == a2 ]] || fail "after a1 was dead-lettered, a2: '$OUT' ($ERR)"
+((took < 1500 * scale)) || fail "a2 came ${took} ms after its head was dead-lettered (its put-off was 30s)"
+echo "a group's next message was received ${took} ms after its head went to the dead letters"
+ra2=$(jq -r .receipt <<<"$OUT")
+[[ $("$Q" dlq list dl --json | jq -r '"\(.id) \(.group) \(.reason)"') == "m1 a bad a1" ]] ||
+  fail "the dead letter keeps its group and reason: $("$Q" dlq list dl --json)"
+# Redrive while a2 is in flight: a1 goes back before a3, and waits for a2 (one in flight per group).
+q redrive dl
+expect 0 "redrive into a FIFO queue"
+[[ $(stat_field dl groups) == 1 && $(stat_field dl visible) == 2 && $(stat_field dl dead) == 0 ]] ||
+  fail "after the redrive, one group of 3 messages: $("$Q" stats dl --json)"
+q receive dl -n 10
+expect 1 "a2 in flight: nothing of its group to receive, the redriven a1 included"
+"$Q" ack dl "$ra2" || fail "ack a2"
+q receive dl -n 10 --json
+[[ $(jq -r '"\(.body) \(.id) \(.group)"' <<<"$OUT") == "a1 m1 a" ]] ||
+  fail "the redriven a1 (its id and group kept) before a3: '$OUT'"
+ra1b=$(jq -r .receipt <<<"$OUT")
+q receive dl -n 10
+expect 1 "a1 in flight: a3 waits"
+"$Q" ack dl "$ra1b" || fail "ack the redriven a1"
+q receive dl --wait 10s --json
+[[ $(jq -r .body <<<"$OUT") == a3 ]] || fail "a3 last: '$OUT'"
+jq -r .receipt <<<"$OUT" | "$Q" ack dl >/dev/null || fail "ack a3"
+# A stale receipt of a dead-lettered head: its lease (1s) ran out, the next receive
+# dead-lettered it; the old receipt is refused (exit 3).
+q create dl2 --fifo --visibility-timeout 1s --max-receives 1
+for m in b1 b2; do "$Q" send dl2 --group b "$m" >/dev/null || fail "send $m"; done
+q receive dl2 --json
+rb1=$(jq -r .receipt <<<"$OUT")
+sleep 1.3
+q receive dl2 --wait 10s --json
+[[ $(jq -r .body <<<"$OUT") == b2 ]] || fail "b1 dead-lettered, b2 received: '$OUT' ($ERR)"
+rb2=$(jq -r .receipt <<<"$OUT")
+q ack dl2 "$rb1"
+expect 3 "the receipt of a dead-lettered head"
+[[ $ERR == *stale* ]] || fail "the refusal says stale: '$ERR'"
+[[ $("$Q" dlq list dl2 --json | jq -r .id) == m1 ]] || fail "b1 is a dead letter: $("$Q" dlq list dl2 --json)"
+# With the group free, a redriven message goes before the group's waiting ones.
+"$Q" send dl2 --group b b3 >/dev/null
+"$Q" nack dl2 "$rb2" || fail "nack b2"
+q redrive dl2 --id m1
+expect 0 "redrive --id into a FIFO queue"
+q receive dl2 -n 10 --json
+[[ $(jq -r .body <<<"$OUT") == b1 ]] || fail "the redriven b1 before b2 and b3: '$OUT'"
+
+# Redriven into another FIFO queue a dead letter joins its group's end there (a
+# file puts x1, sent before o1, first: README, Differences on NATS).
+q create dl3 --fifo --visibility-timeout 30s --max-receives 1
+q create other --fifo
+"$Q" send dl3 --group b x1 >/dev/null
+"$Q" send other --group b o1 >/dev/null
+q receive dl3 --json
+"$Q" nack dl3 "$(jq -r .receipt <<<"$OUT")" || fail "nack x1"
+q receive dl3
+expect 1 "x1 dead-lettered by the receive"
+q redrive dl3 --to other
+expect 0 "redrive --to another FIFO queue"
+q receive other -n 10 --json
+[[ $(jq -r .body <<<"$OUT") == o1 ]] || fail "o1 first in the other queue: '$OUT'"
+jq -r .receipt <<<"$OUT" | "$Q" ack other >/dev/null || fail "ack o1"
+q receive other --wait 10s --json
+[[ $(jq -r '"\(.body) \(.group)"' <<<"$OUT") == "x1 b" ]] || fail "then the redriven x1: '$OUT'"
+
 # ---- the storm of tests/e2e/test_fifo.sh ------------------------------------------------------
 producer() {
   local p=$1 i g id
