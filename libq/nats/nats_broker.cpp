@@ -55,17 +55,6 @@ using json = nlohmann::json;
 constexpr const char* kConsumer = "q";
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
-// `what` names a feature, or a whole command as "q NAME" (the CLI already
-// starts its message with that, so it is not said twice).
-[[noreturn]] void not_yet(const char* what) {
-  std::string_view w(what);
-  std::string prefix = w.rfind("q ", 0) == 0 ? "" : fmt::format("{}: ", w);
-  throw Error(ErrorKind::Usage,
-              fmt::format("{}not available on nats:// locations yet (issue 16; see "
-                          "ARCHITECTURE.md, Distributed backend)",
-                          prefix));
-}
-
 [[noreturn]] void no_such_queue(const std::string& queue) {
   throw Error(ErrorKind::NotFound,
               fmt::format("queue {}: no such queue (create it with 'q create {}')", queue, queue));
@@ -75,6 +64,7 @@ class NatsBroker final : public Broker {
  public:
   NatsBroker(const nats::Location& location, Millis timeout, const Clock* clock)
       : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
+    client_.use_clock(*clock_);
     replicas_ = std::min(3, client_.cluster_size());
     leases_.use_groups(&groups_);
     leases_.use_counters(&counters_);
@@ -145,7 +135,6 @@ class NatsBroker final : public Broker {
     counts.dead_letters = dead_.delete_stream(queue);
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
     client_.purge(nats::RateBudget::key(queue));
-    client_.purge(nats::RateBudget::key(queue) + ".*");  // its claims (nats_rate.cpp)
     counters_.remove(queue);
     return counts;
   }
@@ -670,8 +659,6 @@ class NatsBroker final : public Broker {
     result.detail = acked.detail;
     return result;
   }
-
-  // ---- not on this backend yet (issue 16) ---------------------------------------
 
   // Export and import: nats_transfer.hpp.
   void do_export_messages(const std::string& queue,

@@ -296,8 +296,55 @@ std::optional<Record> Client::get(const std::string& key) {
                 natsMsg_GetSequence(msg.get())};
 }
 
+// nats-server 2.9.10 checks a clustered stream's expected last subject
+// sequence only before proposing a write, against what it has applied
+// (stream.go: at apply only when not clustered or when the expected sequence
+// is 0; nats-server #4320). Two writers expecting the same revision can both
+// be stored: two leases for one delivery, an ack and a redelivery both
+// accepted (seen in test_nats_storm, the FIFO storm and a shared rate).
+// "No record yet" (expected 0) is checked at apply, so it is exact. A write
+// over revision R therefore first creates the record `cas.R` (revisions are
+// unique in the bucket, so R names it alone): one writer wins that create,
+// only the winner writes, and removes its claim after. A later writer that
+// read R cannot slip in once the winner's write is acknowledged (the leader
+// has applied it, and its pre-check sees the new revision). A claim left by a
+// process that died between its claim and its write would block the record
+// for good: one older than kStaleClaim is removed by the next writer, who
+// then reads again.
 std::optional<std::uint64_t> Client::put_if(const std::string& key, const std::string& value,
                                             std::uint64_t expected) {
+  if (expected == 0) return publish_if(key, value, 0);
+  constexpr Millis kStaleClaim = 5 * kSecond;
+  std::string claim_key = fmt::format("cas.{}", expected);
+  std::string claim_value =
+      fmt::format("{{\"at\":{},\"w\":\"{}\"}}", clock_->now(), random_token());
+  auto claim = publish_if(claim_key, claim_value, 0);
+  if (!claim) {
+    if (auto held = get(claim_key)) {
+      const std::string& v = held->value;
+      auto at_pos = v.find("\"at\":");
+      Millis at =
+          at_pos == std::string::npos ? 0 : std::strtoll(v.c_str() + at_pos + 5, nullptr, 10);
+      if (clock_->now() - at > kStaleClaim) remove(held->revision);
+    }
+    return std::nullopt;
+  }
+  std::optional<std::uint64_t> rev;
+  try {
+    rev = publish_if(key, value, expected);
+  } catch (...) {
+    try {
+      remove(*claim);
+    } catch (...) {  // a claim left behind goes stale (above)
+    }
+    throw;
+  }
+  remove(*claim);
+  return rev;
+}
+
+std::optional<std::uint64_t> Client::publish_if(const std::string& key, const std::string& value,
+                                                std::uint64_t expected) {
   std::string subj = subject(key);
   natsMsg* raw = nullptr;
   natsStatus s =

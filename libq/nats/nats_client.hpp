@@ -92,9 +92,12 @@ class Client {
   // Writes `value` when the key's revision is still `expected` (0: the key has
   // no record). Returns the new revision, or nullopt when another write came
   // first. Retry-safe: `value` must be unique to this write (carry a token),
-  // so a retried write that had in fact succeeded is recognised.
+  // so a retried write that had in fact succeeded is recognised. Exact on a
+  // cluster too: see claim() in nats_client.cpp.
   std::optional<std::uint64_t> put_if(const std::string& key, const std::string& value,
                                       std::uint64_t expected);
+  // The clock that dates claims (put_if); the system clock unless set.
+  void use_clock(const Clock& clock) { clock_ = &clock; }
   // Removes the record at `revision` (no tombstone); a newer record stays.
   void remove(std::uint64_t revision);
   // Every record whose key matches `filter` (NATS wildcards), with its key.
@@ -118,6 +121,11 @@ class Client {
   std::string bucket_;
   std::string bucket_stream_;  // KV_<bucket>
   std::string subject(const std::string& key) const { return "$KV." + bucket_ + "." + key; }
+  // One expected-revision publish, exact only when `expected` is 0 (put_if).
+  std::optional<std::uint64_t> publish_if(const std::string& key, const std::string& value,
+                                          std::uint64_t expected);
+  SystemClock system_clock_;
+  const Clock* clock_ = &system_clock_;
 };
 
 // A random token of 32 hex digits (write ids, send ids).

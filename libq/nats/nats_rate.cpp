@@ -33,33 +33,11 @@ std::string encode(double tat) { return json{{"tat_us", tat}, {"w", random_token
 
 }  // namespace
 
-// nats-server 2.9.10 checks a clustered stream's expected last subject
-// sequence only before proposing (stream.go: at apply only when not
-// clustered or the expected sequence is 0): concurrent writes expecting the
-// same revision can all succeed (seen here: 4 of 10 q work processes that
-// read revision 2 each wrote over it). "No message yet" (expected 0) is
-// checked at apply, so it is exact. The budget's update therefore first
-// claims the revision it read, by creating the record `<key>.c<revision>`
-// (one writer wins), and only the winner writes; the claim is removed after.
-// A claim left by a process that died before its write would stop the
-// budget for good: one older than kStaleClaim is removed by the next taker.
+// The budget's compare-and-set is exact on a cluster through put_if's claim
+// (nats_client.cpp says why it needs one).
 std::optional<std::uint64_t> RateBudget::update(const std::string& queue, const std::string& value,
                                                 std::uint64_t revision) {
-  constexpr Millis kStaleClaim = 2 * kSecond;
-  if (revision == 0) return client_.put_if(key(queue), value, 0);
-  std::string claim_key = fmt::format("{}.c{}", key(queue), revision);
-  auto claim = client_.put_if(claim_key, json{{"at", clock_.now()}}.dump(), 0);
-  if (!claim) {
-    if (auto held = client_.get(claim_key)) {
-      auto j = json::parse(held->value, nullptr, false);
-      Millis at = j.is_discarded() ? 0 : j.value("at", Millis{0});
-      if (clock_.now() - at > kStaleClaim) client_.remove(held->revision);
-    }
-    return std::nullopt;
-  }
-  auto rev = client_.put_if(key(queue), value, revision);
-  client_.remove(*claim);
-  return rev;
+  return client_.put_if(key(queue), value, revision);
 }
 
 std::uint64_t RateBudget::take(const std::string& queue, double rate, std::uint64_t want) {

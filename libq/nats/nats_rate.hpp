@@ -37,7 +37,7 @@ class RateBudget {
  private:
   Client& client_;
   const Clock& clock_;
-  // put_if that is exact on a cluster (nats_rate.cpp says why put_if alone is not).
+  // The compare-and-set of the budget record (put_if).
   std::optional<std::uint64_t> update(const std::string& queue, const std::string& value,
                                       std::uint64_t revision);
   std::map<std::string, std::uint64_t> taken_at_;  // queue: the revision its last take wrote
