@@ -114,10 +114,6 @@ assert_exit 64 "$Q" work trip --trip 0/1m -- true
 assert_exit 64 "$Q" work trip --trip 3 -- true
 assert_exit 64 "$Q" work trip --trip 3/0s -- true
 
-if on_nats; then
-  skip_part "on NATS: the parts below (dead letters by reason, --dry-run, import) are not run yet"
-  exit 0
-fi
 
 # ---- dead letters grouped by how they failed ---------------------------------------------
 "$Q" create dl --max-receives 1 >/dev/null
