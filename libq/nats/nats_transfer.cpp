@@ -35,26 +35,10 @@ std::vector<std::optional<std::size_t>> repeats(const std::vector<Message>& mess
 }  // namespace
 
 jsStreamState Transfer::stream_state(const std::string& queue) {
-  jsStreamState state{};
-  jsErrCode code{};
-  natsStatus s = client_.retry(
-      "reading queue " + queue,
-      [&](jsErrCode* err) {
-        jsStreamInfo* si = nullptr;
-        natsStatus st =
-            js_GetStreamInfo(&si, client_.js(), names_.stream(queue).c_str(), nullptr, err);
-        if (st == NATS_OK) {
-          state = si->State;
-          state.Subjects = nullptr;
-          state.Deleted = nullptr;
-          state.Lost = nullptr;
-        }
-        jsStreamInfo_Destroy(si);
-        return st;
-      },
-      &code);
-  if (s != NATS_OK) client_.fail("reading queue " + queue, s, code);
-  return state;
+  std::string what = "reading queue " + queue;
+  auto state = client_.stream_state(names_.stream(queue), what);
+  if (!state) client_.fail(what, NATS_NOT_FOUND, static_cast<jsErrCode>(10059));
+  return *state;
 }
 
 MsgPtr Transfer::stored(const std::string& queue, std::uint64_t seq) {
