@@ -1,5 +1,5 @@
 # The Debian package of q, q-queue, made by CPack from the install rules: q,
-# its man pages, the shell completions, the systemd units and the sysusers.d
+# q-nats (the NATS JetStream backend), its man pages, the shell completions, the systemd units and the sysusers.d
 # and tmpfiles.d entries, under /usr; plus what Debian wants of every package
 # (packaging/deb/): /usr/share/doc/q-queue/copyright (machine-readable),
 # changelog.Debian.gz, the lintian overrides, and a postinst that makes the
@@ -13,9 +13,16 @@
 #   cmake -S . -B build && cmake --build build && (cd build && cpack -G DEB)
 #
 # Depends comes from dpkg-shlibdeps (package dpkg-dev, which needs `file`):
-# nothing for the default static q (Q_STATIC); with -DQ_STATIC=OFF, libc6 and
-# liblmdb0 (libstdc++ and libgcc are linked statically), plus the liblmdb0
-# versions q accepts.
+# the static q needs nothing; q-nats, the NATS backend, is linked dynamically
+# (libnats is a shared library only), so the package depends on libnats3.4,
+# liblmdb0 and libc6 (libstdc++ and libgcc are linked statically), plus the
+# liblmdb0 versions q accepts.
+#
+# One package, not a second q-nats package: a user who installs q gets the
+# nats:// and tls:// locations q(1) documents, at the cost of libnats3.4 and
+# what it pulls (libssl3, libprotobuf-c1: about 1 MB), which every Debian 12
+# machine can install; two packages would make "q -f nats://..." fail after
+# "apt-get install q-queue" with an error that names a package to add.
 # tests/docs/test_deb.sh builds it and checks it.
 
 set(CPACK_GENERATOR "DEB" CACHE STRING "CPack generators")
@@ -52,8 +59,10 @@ Producers send with 'q send' and return at once; competing consumers receive,
 do the slow work and acknowledge, or let 'q work' run a command per message.
 Everything lives in one LMDB file that any number of processes share safely:
 visibility timeouts, at-least-once delivery, dead letters and redrive,
-backoff with jitter, FIFO groups, rate limits. Includes man pages, bash, zsh
-and fish completions, and systemd units for workers and periodic jobs.")
+backoff with jitter, FIFO groups, rate limits. The same commands run on a
+NATS JetStream cluster (nats:// and tls:// locations, through q-nats).
+Includes man pages, bash, zsh and fish completions, and systemd units for
+workers and periodic jobs.")
 
 # Install under /usr, with DESTDIR: the install rules then see the real prefix
 # (the systemd units name /usr/bin/q).
@@ -68,7 +77,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # q refuses liblmdb 0.9.26 to 0.9.31 at run time (ITS#9278, README.md): the
 # package does not install with them. Added to what dpkg-shlibdeps finds.
-if(NOT Q_STATIC)
+if(NOT Q_STATIC OR Q_NATS)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "liblmdb0 (<< 0.9.26) | liblmdb0 (>= 0.9.32)")
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "jq")

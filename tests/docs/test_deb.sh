@@ -5,8 +5,9 @@
 # - its control fields: Package q-queue (two characters or more, policy
 #   5.6.1), the version of q --version with the revision of
 #   packaging/deb/changelog, Homepage, Conflicts with the packages that also
-#   ship /usr/bin/q, Depends from dpkg-shlibdeps (none for the static q, else
-#   libc6 and liblmdb0 with versions, and not the liblmdb versions q refuses);
+#   ship /usr/bin/q, Depends from dpkg-shlibdeps (none for a static q alone;
+#   with q-nats or a dynamic q, libc6 and liblmdb0 with versions, and not the
+#   liblmdb versions q refuses; with q-nats, libnats3.4);
 # - its file list: what `cmake --install --prefix /usr` installs, plus the
 #   copyright file, changelog.Debian.gz and the lintian overrides;
 # - /usr/share/doc/q-queue/copyright is machine-readable (DEP-5) with q's
@@ -56,8 +57,13 @@ for other in python3-q-text-as-data q-text-as-data; do
     fail "Conflicts lacks $other (it ships /usr/bin/q too): '$(field Conflicts)'"
 done
 depends=$(dpkg-deb --field "$deb" Depends)
-if file -L "$Q" | grep -qE 'statically linked|static-pie linked'; then
-  # The default build (Q_STATIC): nothing to depend on.
+qnats=$(dirname "$Q")/q-nats
+if [[ -x $qnats ]]; then
+  # q-nats is linked with libnats (a shared library only) and liblmdb.
+  grep -qE '(^|, )libnats3\.4 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned libnats3.4 (q-nats): $depends"
+fi
+if file -L "$Q" | grep -qE 'statically linked|static-pie linked' && [[ ! -x $qnats ]]; then
+  # A static q alone: nothing to depend on.
   [[ -z $depends ]] || fail "a static q needs no Depends, got: $depends"
 else
   grep -qE '(^|, )libc6 \(>= [0-9.]+\)' <<<"$depends" || fail "Depends lacks a versioned libc6: $depends"
@@ -71,6 +77,7 @@ fi
 dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }' | sort >"$T/files"
 {
   echo usr/bin/q
+  [[ -x $qnats ]] && echo usr/bin/q-nats && echo usr/share/man/man1/q-nats.1.gz
   echo usr/share/man/man1/q.1.gz
   echo usr/share/man/man7/q.7.gz
   for c in $(subs q); do echo "usr/share/man/man1/q-$c.1.gz"; done
@@ -100,6 +107,15 @@ grep -q '^ExecStart=/usr/bin/q work %i ' "$T/root/usr/lib/systemd/system/q-work@
   fail "q-work@.service in the package does not run /usr/bin/q"
 Q_FILE=$T/x.q "$T/root/usr/bin/q" create smoke >/dev/null && Q_FILE=$T/x.q "$T/root/usr/bin/q" list | grep -qx smoke ||
   fail "the packaged q cannot create and list a queue"
+if [[ -x $qnats ]]; then
+  got=$("$T/root/usr/bin/q-nats" --version) || fail "the packaged q-nats --version failed"
+  [[ $got == "$("$Q" --version)" ]] || fail "the packaged q-nats --version says '$got', q '$("$Q" --version)'"
+  file "$T/root/usr/bin/q-nats" | grep -q 'not stripped' && fail "usr/bin/q-nats is not stripped"
+  [[ $(readlink "$T/root/usr/share/man/man1/q-nats.1.gz") == q.1.gz ]] ||
+    fail "usr/share/man/man1/q-nats.1.gz is not a link to q.1.gz"
+fi
+# (A clean Debian 12 root with the package installed by apt and talking to a
+# cluster: tests/docs/test_deb_root.sh.)
 
 # The copyright file: DEP-5, q's own files under LICENSE's license.
 c=$T/root/usr/share/doc/$pkg/copyright

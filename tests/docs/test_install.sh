@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cmake --install` puts q, the man pages, the completions and the systemd
 # units in the standard places (GNUInstallDirs, prefix /usr here):
-#   usr/bin/q
+#   usr/bin/q, and usr/bin/q-nats when the NATS backend is built (with
+#   usr/share/man/man1/q-nats.1.gz, a link to q.1.gz)
 #   usr/share/man/man1/q.1.gz, q-COMMAND.1.gz for every command; man7/q.7.gz
 #   usr/share/bash-completion/completions/q
 #   usr/share/zsh/vendor-completions/_q
@@ -17,8 +18,10 @@ DESTDIR=$root cmake --install "$BUILD" --prefix /usr >"$T/log" 2>&1 ||
   die "cmake --install failed: $(tail -n 20 "$T/log")"
 
 want=$T/want
+qnats=$(dirname "$Q")/q-nats
 {
   echo usr/bin/q
+  [[ -x $qnats ]] && echo usr/bin/q-nats
   echo usr/share/man/man1/q.1.gz
   echo usr/share/man/man7/q.7.gz
   for c in $(subs q); do echo "usr/share/man/man1/q-$c.1.gz"; done
@@ -36,6 +39,11 @@ same_set "installed files" "$(cat "$want")" "$(cat "$T/got")" >/dev/null
 
 [[ -x $root/usr/bin/q ]] || fail "usr/bin/q is not executable"
 cmp -s "$root/usr/bin/q" "$Q" || fail "usr/bin/q is not the built q"
+if [[ -x $qnats ]]; then
+  cmp -s "$root/usr/bin/q-nats" "$qnats" || fail "usr/bin/q-nats is not the built q-nats"
+  [[ $(readlink "$root/usr/share/man/man1/q-nats.1.gz") == q.1.gz ]] ||
+    fail "usr/share/man/man1/q-nats.1.gz is not a link to q.1.gz"
+fi
 cmp -s "$root/usr/share/bash-completion/completions/q" "$SRC/completions/q.bash" ||
   fail "the installed bash completion is not completions/q.bash"
 cmp -s "$root/usr/share/zsh/vendor-completions/_q" "$SRC/completions/_q" ||
