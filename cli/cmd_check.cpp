@@ -206,8 +206,11 @@ void run_check(const CheckFlags& f, Context& ctx) {
         v.status = std::max(v.status, kWarning);
         std::string until = s.pause->until ? "until " + q::format_time(s.pause->until)
                                            : std::string("until 'q resume'");
-        v.warnings.push_back(fmt::format("{}: paused {}{}", s.name, until,
-                                         s.pause->reason.empty() ? "" : ": " + s.pause->reason));
+        // Escaped as stats does: a newline would split the one status line,
+        // and control characters must not reach a terminal.
+        v.warnings.push_back(
+            fmt::format("{}: paused {}{}", s.name, until,
+                        s.pause->reason.empty() ? "" : ": " + text_escape(s.pause->reason)));
       }
       // A queue with nothing to do is not too slow.
       if (r.backlog() > 0)

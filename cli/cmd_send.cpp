@@ -48,20 +48,43 @@ void send_stream(const SendFlags& f, Context& ctx, const q::SendOptions& options
   // Opened at the first batch: a new file is created (and its directory
   // locked for creators) only once there is something to send.
   std::unique_ptr<q::Broker> broker;
+  // A record over the queue's max size is refused as soon as it is read that
+  // far, numbered from the start of the input (issue 25 item 15: not buffered
+  // to 256 MiB first, nor numbered within its batch). The queue's max size is
+  // known before the first batch unless --create may make the queue.
+  std::size_t max_size = 0;
+  auto learn_max_size = [&] {
+    max_size = broker->configure(f.queue, {}).max_size;
+    reader.limit_records(max_size,
+                         fmt::format("queue {}'s max size; nothing of it was sent", f.queue));
+  };
+  if (!f.create) {
+    broker = ctx.open(false);
+    learn_max_size();
+  }
   std::uint64_t sent = 0;
   bool any = false;
   for (;;) {
     std::vector<std::string> records;
     try {
+      std::uint64_t before = reader.records();
       records = reader.next_batch();
       // No input at all: one empty send, which still checks (or creates) the queue.
       if (records.empty() && any) break;
+      if (!broker) broker = ctx.open(f.create);
+      for (std::size_t i = 0; i < records.size(); ++i)
+        if (max_size != 0 && records[i].size() > max_size)
+          throw q::Error(q::ErrorKind::InvalidData,
+                         fmt::format("queue {}: {} {} of standard input is {} bytes, over the "
+                                     "queue's max size of {} bytes; nothing of its batch was sent",
+                                     f.queue, f.null ? "record" : "line", before + i + 1,
+                                     records[i].size(), max_size));
       std::vector<q::OutgoingMessage> messages;
       messages.reserve(records.size());
       for (auto& body : records) messages.push_back(message(std::move(body)));
       records = {};
-      if (!broker) broker = ctx.open(f.create);
       auto results = broker->send(f.queue, std::move(messages), options);
+      if (max_size == 0) learn_max_size();  // --create: the queue exists now
       any = true;
       sent += results.size();
       if (!f.quiet && !results.empty() && !write_stdout(format_results(results, f.json))) {

@@ -2,6 +2,8 @@
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "commands.hpp"
@@ -36,7 +38,8 @@ std::string attempt_json(const q::Attempt& a) {
 std::string how_it_ended(const q::Attempt& a) {
   switch (a.end) {
     case q::AttemptEnd::Open: return "in flight";
-    case q::AttemptEnd::Released: return "released (nack)";
+    case q::AttemptEnd::Released:
+      return a.reason == q::kHolderDied ? "released (its holder died)" : "released (nack)";
     case q::AttemptEnd::TimedOut: return "timed out (lease ran out)";
     case q::AttemptEnd::HeartbeatLost: return "heartbeat lost (q work's lease ran out)";
     case q::AttemptEnd::DeadLettered: return "dead-lettered";
@@ -74,12 +77,26 @@ std::string show_text(const std::string& queue, const q::Message& m, q::Millis n
     out += "attempts        none recorded\n";
     return out;
   }
-  out += fmt::format("attempts        {} (the last {} are kept)\n", m.attempts.size(),
-                     q::kMaxAttempts);
+  // Only the last kMaxAttempts ended attempts are kept, and the one in flight
+  // besides (issue 25 item 15: "9 (the last 8 are kept)" read as a lie).
+  std::size_t ended = std::count_if(m.attempts.begin(), m.attempts.end(), [](const q::Attempt& a) {
+    return a.end != q::AttemptEnd::Open;
+  });
+  std::string kept;
+  if (ended >= q::kMaxAttempts)
+    kept = fmt::format(" (only the last {} ended ones are kept{})", q::kMaxAttempts,
+                       ended < m.attempts.size() ? ", and the one in flight" : "");
+  out += fmt::format("attempts        {}{}\n", m.attempts.size(), kept);
+  std::uint32_t previous = 0;
   for (const auto& a : m.attempts) {
+    // #N is the receive count the delivery had; a redrive or an import
+    // starts it again, which is said rather than numbering #1, #2, #1.
+    std::string restarted =
+        a.receive <= previous ? " (its receive count started again: redriven or imported)" : "";
+    previous = a.receive;
     out +=
-        fmt::format("  #{}  received {}  by pid {}{}\n", a.receive, q::format_time(a.received_at),
-                    a.pid, a.worker_since != 0 ? " (q work)" : "");
+        fmt::format("  #{}  received {}  by pid {}{}{}\n", a.receive, q::format_time(a.received_at),
+                    a.pid, a.worker_since != 0 ? " (q work)" : "", restarted);
     if (!a.command.empty()) out += "      command: " + text_escape(a.command) + "\n";
     std::string end = how_it_ended(a);
     if (a.end != q::AttemptEnd::Open)

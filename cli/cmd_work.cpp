@@ -92,7 +92,7 @@ void run_work(const WorkFlags& f, Context& ctx) {
   o.to = f.to;
   o.to_lines = f.to_lines;
   o.to_max_bytes = f.to_max_bytes;
-  for (const auto& a : f.to_attributes) o.to_attributes.push_back(attribute_flag(a));
+  for (const auto& a : f.to_attributes) o.to_attributes.push_back(attribute_flag(a, "--to-attr"));
   o.to_group = f.to_group;
   if (o.to.empty() && (o.to_lines || o.to_max_bytes || !o.to_attributes.empty() || o.to_group))
     throw bad_flag("--to-lines, --to-max-bytes, --to-attr and --to-group need --to DST");

@@ -106,10 +106,12 @@ std::uint64_t count_flag(const std::string& flag, const std::string& text, std::
   return value;
 }
 
-std::pair<std::string, std::string> attribute_flag(const std::string& text) {
+std::pair<std::string, std::string> attribute_flag(const std::string& text,
+                                                   const std::string& flag) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw q::Error(q::ErrorKind::InvalidData, fmt::format("--attr '{}': expected KEY=VALUE", text));
+    throw q::Error(q::ErrorKind::InvalidData,
+                   fmt::format("{} '{}': expected KEY=VALUE", flag, text));
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
@@ -130,7 +132,12 @@ std::string read_stdin() {
 }
 
 RecordReader::RecordReader(int fd, char separator, std::size_t max_records, std::size_t max_bytes)
-    : fd_(fd), separator_(separator), max_records_(max_records), max_bytes_(max_bytes) {
+    : fd_(fd),
+      separator_(separator),
+      max_records_(max_records),
+      max_bytes_(max_bytes),
+      max_record_(kMaxRecord),
+      limit_what_("the largest max size a queue can have") {
   // A bigger pipe lets the producer go on writing while a batch commits.
   // Unprivileged processes may ask for up to /proc/sys/fs/pipe-max-size; a
   // refusal (or a file, a terminal) changes nothing.
@@ -185,11 +192,11 @@ std::vector<std::string> RecordReader::next_batch() {
       scanned_ = 0;
     }
     if (batch.size() >= max_records_ || bytes >= max_bytes_) break;
-    if (scanned_ > kMaxRecord)
+    if (scanned_ > max_record_)
       throw q::Error(q::ErrorKind::InvalidData,
-                     fmt::format("standard input: record {} is over {} bytes, the largest "
-                                 "max size a queue can have",
-                                 records_ + batch.size() + 1, kMaxRecord));
+                     fmt::format("standard input: {} {} is over {} bytes, {}",
+                                 separator_ == '\n' ? "line" : "record",
+                                 records_ + batch.size() + 1, max_record_, limit_what_));
     if (eof_) {
       if (start_ < buffer_.size()) {
         batch.emplace_back(buffer_, start_, buffer_.size() - start_);

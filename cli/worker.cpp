@@ -12,6 +12,7 @@
 
 #include "error.hpp"
 #include "files.hpp"
+#include "descendants.hpp"
 #include "holder.hpp"
 #include "stop_signals.hpp"
 #include "output.hpp"
@@ -27,15 +28,12 @@ namespace {
 using q::Millis;
 using work::Ending;
 
-// --to: how often the size of a running command's output is checked.
-constexpr Millis kOutputCheckEvery = 100;
-
 // A message taken, its command running or ended and its outcome not yet recorded.
 struct Job {
   q::Message message;
   std::string key;  // idempotency key; empty: none
   work::Child child;
-  int output_fd = -1;  // --to: the memory file holding the command's stdout
+  int output_fd = -1;  // --to: the read end of the command's stdout pipe
   Ending ending;
   Millis next_heartbeat = 0;
   Millis deadline = INT64_MAX;  // --timeout: SIGTERM
@@ -53,11 +51,30 @@ work::StageOptions stage_options(q::Broker& broker, const WorkOptions& o,
     throw q::Error(q::ErrorKind::Usage,
                    fmt::format("--to {}: the queue this stage consumes; name another", o.to));
   auto target = broker.configure(o.to, {});  // NotFound: refused before any message is taken
+  // Every group mismatch is refused here, before any message is taken: found
+  // per message, each would fail and be dead-lettered (issue 25 item 13).
+  auto refuse = [](const std::string& why) { throw q::Error(q::ErrorKind::Usage, why); };
   if (target.fifo && !o.to_group && !source.fifo)
-    throw q::Error(q::ErrorKind::Usage,
-                   fmt::format("--to {}: a FIFO queue, and queue {} has no groups to carry "
-                               "over; give --to-group",
-                               o.to, o.queue));
+    refuse(
+        fmt::format("--to {}: a FIFO queue, and queue {} has no groups to carry over; give "
+                    "--to-group",
+                    o.to, o.queue));
+  if (!target.fifo && o.to_group)
+    refuse(
+        fmt::format("--to-group: queue {} is a standard queue (groups are for FIFO queues)", o.to));
+  if (!target.fifo && source.fifo)
+    refuse(
+        fmt::format("--to {}: a standard queue, and queue {} is FIFO: its groups cannot be "
+                    "carried over; send to a FIFO queue",
+                    o.to, o.queue));
+  if (o.to_group) {
+    const auto& g = *o.to_group;
+    bool printable =
+        std::all_of(g.begin(), g.end(), [](unsigned char c) { return c > 0x20 && c < 0x7F; });
+    if (g.empty() || g.size() > q::kMaxGroupId || !printable)
+      refuse(fmt::format("--to-group '{}': use 1 to {} printable ASCII characters, no spaces",
+                         g.substr(0, 200), q::kMaxGroupId));
+  }
   stage.to = o.to;
   stage.lines = o.to_lines;
   stage.max_bytes = o.to_max_bytes.value_or(target.max_size);
@@ -110,6 +127,12 @@ class Worker {
   int run() {
     work::install_signals();
     work::close_on_exec_everything();
+    // Inherited by every command and what it starts (not close-on-exec): while
+    // any of them runs, this runner's leases are not released as "holder
+    // died", also after a kill -9 of q work (issue 25 item 9).
+    self_ = q::find_holder(static_cast<std::uint32_t>(::getpid()));
+    // (A queue on a cluster has no FILE-wake: its leases run out instead.)
+    if (self_) q::hold_descendants(o_.queue_file, *self_);
     watch_ = broker_.watch();
     started_at_ = work::steady_now();
     register_command();
@@ -130,7 +153,8 @@ class Worker {
       draw_progress(now, false);
       wait_for_events(now);
     }
-    if (tripped_ && !trip_paused_) broker_.pause(o_.queue, 0, trip_reason_);
+    if (tripped_ && !trip_paused_ && !broker_.stats(o_.queue).at(0).pause)
+      broker_.pause(o_.queue, 0, trip_reason_);
     progress_.finish(counts_, work::steady_now() - started_at_);
     unregister_command();
     // Stopped by a signal: a clean stop, whatever failed before it (a service
@@ -167,6 +191,18 @@ class Worker {
 
   void pause_if_tripped() {
     if (!tripped_ || trip_paused_) return;
+    // An operator's pause in place (a maintenance window, with its end and
+    // reason) is kept, not replaced by "until q resume" (issue 25 item 12).
+    if (auto in_place = broker_.stats(o_.queue).at(0).pause) {
+      trip_paused_ = true;
+      progress_.note(
+          fmt::format("queue {}: {}; left as it is ({})", o_.queue,
+                      in_place->until == 0
+                          ? std::string("already paused until 'q resume'")
+                          : fmt::format("already paused until {}", q::format_time(in_place->until)),
+                      trip_reason_));
+      return;
+    }
     if (!with_lock([&] { broker_.pause(o_.queue, 0, trip_reason_); })) return;
     trip_paused_ = true;
     progress_.note(fmt::format("queue {}: paused ({}); resume it with 'q resume {}'", o_.queue,
@@ -272,8 +308,7 @@ class Worker {
     options.rate_limited = true;
     options.one_per_group = true;  // FIFO: never two messages of one group at once
     // Held by this process: if it dies, its messages go to another worker at once.
-    static const auto self = q::find_holder(static_cast<std::uint32_t>(::getpid()));
-    options.holder = self;
+    options.holder = self_;
     options.holder_pid = static_cast<std::uint32_t>(::getpid());
     options.worker_since = registered_since_;
     work::OutcomePolicy::Round round;
@@ -347,9 +382,16 @@ class Worker {
 
   void start(q::Message m, std::string key, Millis now) {
     Job job;
-    if (stage()) job.output_fd = work::output_file();
-    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file), m.body,
-                            job.output_fd);
+    int output_write = -1;
+    if (stage()) job.output_fd = work::output_pipe(output_write);
+    try {
+      job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file),
+                              m.body, output_write);
+    } catch (...) {
+      if (output_write >= 0) ::close(output_write), ::close(job.output_fd);
+      throw;
+    }
+    if (output_write >= 0) ::close(output_write);
     job.ending.exec_errno = job.child.exec_errno;
     job.message = std::move(m);
     job.key = std::move(key);
@@ -382,28 +424,22 @@ class Worker {
     }
   }
 
-  // --to: the output of a command that ended, unless over --to-max-bytes.
+  // --to: what the command that ended wrote before it exited (a process it
+  // left running that writes later is not waited for).
   void collect_output(Job& job) {
-    if (job.output_fd < 0) return;
-    const auto limit = policy_->options().stage.max_bytes;
-    if (!job.ending.output_over_limit && work::output_size(job.output_fd) <= limit)
-      job.ending.output = work::read_output(job.output_fd);
-    else
-      job.ending.output_over_limit = true;
-    ::close(job.output_fd);
+    read_output(job, false);
+    if (job.output_fd >= 0) ::close(job.output_fd);
     job.output_fd = -1;
   }
 
-  // --to: a command writing past --to-max-bytes is stopped at once (its run
-  // has failed), so the memory file stays near the limit.
-  void check_output_sizes() {
-    const auto limit = policy_->options().stage.max_bytes;
-    for (auto& [pid, job] : jobs_) {
-      if (job.output_fd < 0 || job.ending.output_over_limit) continue;
-      if (work::output_size(job.output_fd) <= limit) continue;
-      job.ending.output_over_limit = true;
-      ::kill(-job.child.pid, SIGKILL);
-    }
+  // --to: the command's output as it comes, never more than --to-max-bytes in
+  // memory: a command writing past it is stopped at once (its run has failed).
+  void read_output(Job& job, bool running = true) {
+    if (job.output_fd < 0) return;
+    if (work::pump_output(job.output_fd, job.ending.output, policy_->options().stage.max_bytes))
+      return;
+    job.ending.output_over_limit = true;
+    if (running) ::kill(-job.child.pid, SIGKILL);  // (a reaped one's pid may be another's now)
   }
 
   // ---- outcomes -----------------------------------------------------------------------
@@ -444,7 +480,6 @@ class Worker {
   }
 
   void beat_and_time_out(Millis now) {
-    if (stage()) check_output_sizes();
     for (auto& [pid, job] : jobs_) {
       if (now >= job.kill_at) {
         ::kill(-job.child.pid, SIGKILL);
@@ -513,7 +548,6 @@ class Worker {
     if (!exited_.empty()) until = now;  // outcomes to record (the lock was busy)
     for (const auto& [pid, job] : jobs_)
       until = std::min({until, job.next_heartbeat, job.deadline, job.kill_at});
-    if (stage() && !jobs_.empty()) until = std::min(until, now + kOutputCheckEvery);
     bool want_messages = capacity(now) > 0 || (local_rate_.limited() && !stopping_ &&
                                                busy() < o_.concurrency && !max_reached());
     if (want_messages) {
@@ -529,11 +563,16 @@ class Worker {
     std::vector<pollfd> fds;
     fds.push_back({work::wake_fd(), POLLIN, 0});
     if (want_messages && watch_->fd() >= 0) fds.push_back({watch_->fd(), POLLIN, 0});
-    std::vector<Job*> readers;
+    std::vector<Job*> readers, output_readers;
     for (auto& [pid, job] : jobs_)
       if (job.child.stderr_fd >= 0) {
         fds.push_back({job.child.stderr_fd, POLLIN, 0});
         readers.push_back(&job);
+      }
+    for (auto& [pid, job] : jobs_)
+      if (job.output_fd >= 0) {
+        fds.push_back({job.output_fd, POLLIN, 0});
+        output_readers.push_back(&job);
       }
     int timeout = static_cast<int>(std::clamp<Millis>(until - now, 0, 1000));
     if (::poll(fds.data(), fds.size(), timeout) <= 0) return;
@@ -545,6 +584,9 @@ class Worker {
     }
     for (std::size_t i = 0; i < readers.size(); ++i)
       if (fds[first_reader + i].revents) read_stderr(*readers[i]);
+    std::size_t first_output = first_reader + readers.size();
+    for (std::size_t i = 0; i < output_readers.size(); ++i)
+      if (fds[first_output + i].revents) read_output(*output_readers[i]);
   }
 
   void draw_progress(Millis now, bool force) {
@@ -568,6 +610,7 @@ class Worker {
   Millis visibility_ = 0;
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
+  std::optional<q::Holder> self_;  // this process, the holder of its leases
   std::map<pid_t, Job> jobs_;
   std::deque<Job> exited_;      // ended (or skipped), outcome not yet recorded
   Millis lock_wait_since_ = 0;  // waiting for the writer lock since (steady), or 0

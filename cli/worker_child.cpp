@@ -310,36 +310,36 @@ void pump_stderr(int& fd, std::string& tail, std::string& head,
   }
 }
 
-int output_file() {
-  int fd = memfd_create("q-output", MFD_CLOEXEC);
-  if (fd < 0)
+int output_pipe(int& write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
     throw q::Error(q::ErrorKind::Io,
-                   fmt::format("cannot create the output file: {}", std::strerror(errno)));
-  return fd;
+                   fmt::format("cannot create the output pipe: {}", std::strerror(errno)));
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  write_end = fds[1];
+  return fds[0];
 }
 
-std::uint64_t output_size(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0)
-    throw q::Error(q::ErrorKind::Io,
-                   fmt::format("cannot read the output: {}", std::strerror(errno)));
-  return static_cast<std::uint64_t>(st.st_size);
-}
-
-std::string read_output(int fd) {
-  std::string data(output_size(fd), '\0');
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+bool pump_output(int& fd, std::string& output, std::uint64_t limit) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw q::Error(q::ErrorKind::Io,
-                     fmt::format("cannot read the output: {}", std::strerror(errno)));
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
+    if (n < 0 && errno == EAGAIN) return true;
+    if (n <= 0) {
+      ::close(fd);
+      fd = -1;
+      return true;
+    }
+    if (output.size() + static_cast<std::uint64_t>(n) > limit) {
+      // Over the limit: what was read goes, and so does the rest.
+      std::string().swap(output);
+      ::close(fd);
+      fd = -1;
+      return false;
+    }
+    output.append(buf, static_cast<std::size_t>(n));
   }
-  data.resize(done);
-  return data;
 }
 
 bool reap_one(Reaped& out) {

@@ -44,7 +44,7 @@ struct Child {
 
 // Starts `program` (argv[0]) with `args` (argv[1..]) in its own process group,
 // `body` on its stdin through a memory file, its stderr on a pipe, and its
-// stdout on `stdout_fd` (-1: q work's own). Throws q::Error(Io) when it
+// stdout on `stdout_fd` (-1: q work's own; --to: a pipe). Throws q::Error(Io) when it
 // cannot start it.
 Child spawn(const std::string& program, const std::vector<std::string>& args,
             const std::vector<std::string>& env, const std::string& body, int stdout_fd = -1);
@@ -57,10 +57,14 @@ Child spawn(const std::string& program, const std::vector<std::string>& args,
 void pump_stderr(int& fd, std::string& tail, std::string& head,
                  const std::function<void()>& before_write);
 
-// --to: a memory file for a command's stdout, its size, and its content.
-int output_file();
-std::uint64_t output_size(int fd);
-std::string read_output(int fd);
+// --to: a pipe for a command's stdout (issue 25 item 8: never a file, which a
+// command reopening /dev/stdout would truncate). Returns the non-blocking
+// read end and sets `write_end` (close-on-exec: spawn dup2s it).
+int output_pipe(int& write_end);
+// Appends what can be read from `fd` now to `output`; closes `fd` and sets it
+// to -1 at the end of the stream. False (output emptied, `fd` closed) as soon
+// as the output would exceed `limit` bytes: memory stays bounded by it.
+bool pump_output(int& fd, std::string& output, std::uint64_t limit);
 
 // One command that ended: its pid and wait status; none when no child ended.
 struct Reaped {

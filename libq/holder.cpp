@@ -1,4 +1,5 @@
 #include "holder.hpp"
+#include "descendants.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -53,6 +54,11 @@ std::uint64_t pid_namespace(const std::string& proc_dir) {
 
 bool gone(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
 
+// A start time is clock ticks since boot (100 a second): bits 0-39 last 348
+// years. Bits 40-63 hold the low 24 bits of the holder's pid namespace inode.
+constexpr std::uint64_t kStartTicks = (std::uint64_t{1} << 40) - 1;
+std::uint64_t namespace_tag(std::uint64_t ns) { return (ns & 0xffffff) << 40; }
+
 }  // namespace
 
 std::optional<Holder> find_holder(std::uint32_t pid) {
@@ -65,7 +71,10 @@ std::optional<Holder> find_holder(std::uint32_t pid) {
     return Holder{pid, 0, 0};
   }
   if (gone(st->state)) return std::nullopt;
-  return Holder{pid, st->start_time, pid_namespace("/proc/self")};
+  // The start time carries the namespace's tag: two holders of one pid and
+  // start tick in two PID namespaces are two holders (issue 25 item 10).
+  auto ns = pid_namespace("/proc/self");
+  return Holder{pid, st->start_time | namespace_tag(ns), ns};
 }
 
 bool holder_alive(const Holder& holder) {
@@ -77,7 +86,45 @@ bool holder_alive(const Holder& holder) {
   auto st = read_stat(holder.pid);
   if (!st) return true;  // it exists (kill found it) but cannot be read here
   if (gone(st->state)) return false;
-  return holder.start_time == 0 || st->start_time == holder.start_time;
+  return holder.start_time == 0 || st->start_time == (holder.start_time & kStartTicks);
+}
+
+namespace {
+
+// Far above the bytes anyone else might lock; one byte per pid (below 2^22)
+// in each pid namespace (the low 32 bits of its inode).
+constexpr off_t kDescendantsBase = off_t{1} << 40;
+
+struct flock descendants_byte(const Holder& holder, short type) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = kDescendantsBase + static_cast<off_t>((holder.pid_namespace & 0xffffffffu) << 22) +
+                 static_cast<off_t>(holder.pid & 0x3fffff);
+  lock.l_len = 1;
+  return lock;
+}
+
+}  // namespace
+
+int hold_descendants(const std::string& queue_file, const Holder& holder) {
+  int fd = ::open((queue_file + "-wake").c_str(), O_RDONLY | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  auto lock = descendants_byte(holder, F_RDLCK);
+  if (::fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool descendants_alive(const std::string& queue_file, const Holder& holder) {
+  int fd = ::open((queue_file + "-wake").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  auto lock = descendants_byte(holder, F_WRLCK);
+  bool held = ::fcntl(fd, F_OFD_GETLK, &lock) == 0 && lock.l_type != F_UNLCK;
+  ::close(fd);
+  return held;
 }
 
 }  // namespace q

@@ -1,4 +1,5 @@
 #include "lmdb_broker.hpp"
+#include "descendants.hpp"
 
 #include <algorithm>
 #include <unordered_map>
@@ -306,8 +307,15 @@ std::vector<std::string> LmdbBroker::do_verify() {
 
 std::unique_ptr<Broker> open_lmdb_broker(const LmdbOptions& options) {
   auto env = store::Env::open(options.open);
+  // By default a holder lives while its process runs or its commands do
+  // (descendants.hpp).
+  HolderProbe alive = options.holder_alive;
+  if (!alive)
+    alive = [path = env->path()](const Holder& h) {
+      return holder_alive(h) || descendants_alive(path, h);
+    };
   return std::make_unique<LmdbBroker>(std::move(env), options.clock, options.random,
-                                      options.holder_alive);
+                                      std::move(alive));
 }
 
 }  // namespace q

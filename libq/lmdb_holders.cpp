@@ -7,6 +7,7 @@
 
 #include <unordered_set>
 
+#include "lmdb_history.hpp"
 #include "queue_view.hpp"
 #include "records.hpp"
 
@@ -70,6 +71,9 @@ std::uint64_t release_leases(QueueView& view, MDB_dbi dbi, const Holder& h) {
     if (!header || !(header->flags & Header::kLeased) || header->nonce != lease->nonce) continue;
     GroupEdit group(view, header->group);
     if (view.unlink(seq, *header)) group.left_flight();
+    // Its attempt ends now, released as "holder died": left open, the next
+    // receive would close it as a lease that ran out (issue 25 item 15).
+    close_attempt(view, seq, *header, AttemptEnd::Released, view.now, kHolderDied);
     header->visible_at = view.now;
     header->flags = 0;
     header->nonce = 0;  // the receipt is spent

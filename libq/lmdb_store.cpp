@@ -2,6 +2,7 @@
 #include "lmdb_env_detail.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -168,7 +169,24 @@ std::optional<MDB_dbi> Env::holders(Txn& txn, bool create) {
   return dbi;
 }
 
-void Env::lock_writer() { lock_bounded(fd_, options_.path); }
+// Ctrl-Z (SIGTSTP), and SIGTTIN/SIGTTOU, are held while this process holds
+// the writer lock (issue 25 item 11): stopped inside its transaction, it
+// would make every other writer wait for it, then exit 69. Held pending, the
+// signal stops the process once the lock is given up; SIGCONT resumes it.
+// (SIGSTOP cannot be held: `kill -STOP` still stops a writer where it is.)
+namespace {
+// The signal mask before lock_writer, restored by unlock_writer (one writer
+// lock per thread at a time).
+thread_local sigset_t t_unlocked_mask;
+}  // namespace
+
+void Env::lock_writer() {
+  lock_bounded(fd_, options_.path);
+  sigset_t job_control;
+  sigemptyset(&job_control);
+  for (int signo : {SIGTSTP, SIGTTIN, SIGTTOU}) sigaddset(&job_control, signo);
+  pthread_sigmask(SIG_BLOCK, &job_control, &t_unlocked_mask);
+}
 
 void Env::lock_bounded(int fd, const std::string& what) {
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
@@ -209,7 +227,10 @@ void Env::clear_dead_readers_now_and_then() {
   mdb_reader_check(env_, &dead);
 }
 
-void Env::unlock_writer() { flock(fd_, LOCK_UN); }
+void Env::unlock_writer() {
+  flock(fd_, LOCK_UN);
+  pthread_sigmask(SIG_SETMASK, &t_unlocked_mask, nullptr);
+}
 
 // LMDB's own writes reach the file before readers can see the transaction (the
 // reader table is updated after the last write), so a watcher woken by them
@@ -387,6 +408,18 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
   if (rc != 0) {
     txn_ = nullptr;
     if (locked_) env_.unlock_writer();
+    // LMDB marks its reader slot by locking the byte of this process's pid in
+    // FILE-lock: a process of another PID namespace with the same pid holds
+    // it (issue 25 item 10). LMDB cannot tell the two apart; say so.
+    if (rc == EAGAIN || rc == EACCES)
+      throw Error(ErrorKind::Busy,
+                  fmt::format("{}: cannot begin transaction: a process of another PID namespace "
+                              "(a container) with this process's pid {} uses the file; LMDB's "
+                              "reader table tells processes apart by pid alone, so processes of "
+                              "several PID namespaces can share a queue file only while their "
+                              "pids differ: run them in one PID namespace (docker run "
+                              "--pid=host or --pid=container:NAME)",
+                              env_.path(), ::getpid()));
     env_.fail(rc, "cannot begin transaction");
   }
   // The first write to an older file upgrades it, inside this transaction:

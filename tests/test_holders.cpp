@@ -277,6 +277,20 @@ TEST(HolderLiveness, TellsALivingProcessFromAReusedPidAZombieAndAReapedOne) {
   EXPECT_FALSE(find_holder(static_cast<std::uint32_t>(child)));
 }
 
+// Two containers of one image: pid 42 in both, started in one clock tick
+// (issue 25 item 10). Their holders must differ, or A's death releases B's
+// leases: the start time carries the pid namespace.
+TEST(HolderLiveness, OnePidAndStartTickInTwoPidNamespacesAreTwoHolders) {
+  auto self = find_holder(static_cast<std::uint32_t>(getpid()));
+  ASSERT_TRUE(self);
+  if (self->pid_namespace == 0) GTEST_SKIP() << "no /proc/self/ns/pid here";
+  EXPECT_EQ(self->start_time >> 40, self->pid_namespace & 0xffffff);
+  EXPECT_TRUE(holder_alive(*self)) << "the tag is not part of the process's start time";
+  Holder reused = *self;
+  reused.start_time += 1;
+  EXPECT_FALSE(holder_alive(reused)) << "another start tick under the tag: another process";
+}
+
 TEST(HolderLiveness, AnotherPidNamespaceCannotBeJudgedAndCountsAsAlive) {
   auto self = find_holder(static_cast<std::uint32_t>(getpid()));
   ASSERT_TRUE(self);

@@ -12,7 +12,7 @@
 # - every service is sandboxed: `systemd-analyze security --offline=true`
 #   rates its exposure 3.0 or below; q-work@ and q-drain@ run as the user q
 #   (declared in systemd/q.sysusers, which systemd-sysusers accepts), with
-#   StateDirectory=q, UMask=0007 and the hardening the README lists, yet keep
+#   StateDirectory=q (mode 2770), UMask=0007 and the hardening the README lists, yet keep
 #   the network (no PrivateNetwork=, IPAddressDeny=; AF_INET, AF_INET6 and
 #   AF_UNIX allowed) and /var/lib/q writable for their handlers;
 # - q-stats.service skips its run (ExecCondition= exits 1) instead of failing
@@ -67,6 +67,8 @@ for u in "$units"/q-work@.service "$units"/q-drain@.service "$units"/q-stats.ser
   grep -qxF -- "$user" <<<"$users" || fail "$n: User=$user is not made by systemd/q.sysusers"
   has "$u" StateDirectory q
   has "$u" UMask 0007
+  # Set-group-ID: a member's new file belongs to the group q (issue 25 item 16).
+  has "$u" StateDirectoryMode 2770
   has "$u" ProtectSystem strict
   setting "$u" ReadWritePaths | tr ' ' '\n' | grep -qx /var/lib/q || fail "$n: /var/lib/q not in ReadWritePaths="
   for kv in PrivateTmp=yes NoNewPrivileges=yes RestrictSUIDSGID=yes ProtectKernelTunables=yes \
@@ -87,6 +89,8 @@ for u in "$units"/q-work@.service "$units"/q-drain@.service; do
     grep -qx "$fam" <<<"$families" || fail "$n: RestrictAddressFamilies= lacks $fam"
   done
 done
+grep -qx 'd /var/lib/q 2770 q q -' "$SRC/systemd/q.tmpfiles" ||
+  fail "q.tmpfiles: /var/lib/q is not 2770 (set-group-ID, group q)"
 # systemd-sysusers makes the user from systemd/q.sysusers (in a scratch root).
 mkdir -p "$T/sysroot/etc"
 systemd-sysusers --root="$T/sysroot" "$SRC/systemd/q.sysusers" >"$T/sysusers" 2>&1 ||

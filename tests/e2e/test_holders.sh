@@ -56,6 +56,45 @@ echo "q work killed with -9 (visibility timeout 5m): redelivered to a waiting wo
 ((took < 1000 * scale)) || fail "redelivery took $took ms (limit $((1000 * scale)) ms)"
 assert_eq 0 "$(stat_field H in_flight)" "nothing left in flight"
 
+# ---- q work killed with -9 while its command's processes live on (issue 25 item 9) -----
+# Only the command gets SIGTERM when q work dies: a grandchild, or a command
+# that ignores SIGTERM, runs on. Its message is not released while any of them
+# runs (they hold q work's lock byte on FILE-wake), then at once.
+assert_exit 0 "$Q" create G --visibility-timeout 5m
+outlive() { # NAME COMMAND...: the command writes $0.pid, runs until $0.go exists
+  local name=$1
+  shift
+  rm -f "$T/$name".*
+  assert_exit 0 "$Q" send G "$name"
+  "$Q" work G -q -- "$@" &
+  local w=$!
+  wait_for 10 test -s "$T/$name.pid" || die "$name: the command did not start"
+  kill -9 "$w"
+  wait "$w" 2>/dev/null
+  local pid
+  pid=$(<"$T/$name.pid")
+  kill -0 "$pid" || die "$name: the process meant to outlive q work is gone"
+  assert_exit 1 "$Q" receive G --wait 1s
+  assert_eq 1 "$(stat_field G in_flight)" "$name: not released while it runs"
+  touch "$T/$name.go"
+  local ended=$(now_ms)
+  run "$Q" receive G --wait $((5 * scale))s --json
+  assert_eq 0 "$RC" "$name: released once it has exited"
+  assert_eq "$name" "$(jq -r .body <<<"$OUT")" "$name: its message"
+  assert_eq "holder died" "$(jq -r .reason <<<"$OUT")" "$name: as 'holder died'"
+  local id receipt
+  id=$(jq -r .id <<<"$OUT")
+  receipt=$(jq -r .receipt <<<"$OUT")
+  # q show tells the release as it was (issue 25 item 15), not "timed out".
+  assert_exit 0 "$Q" show G "$id"
+  assert_contains "$OUT" "ended: released (its holder died)" "$name: q show says the holder died"
+  assert_not_contains "$OUT" "timed out" "$name: not a lease that ran out"
+  echo "$name outlived q work -9: released $(($(now_ms) - ended)) ms after it ended"
+  "$Q" ack G "$receipt" >/dev/null
+}
+outlive grandchild sh -c 'sh -c '\''echo $$ >"$0.pid"; while [ ! -e "$0.go" ]; do sleep 0.05; done'\'' "$0" & wait' "$T/grandchild"
+outlive term-ignoring sh -c 'trap "" TERM; echo $$ >"$0.pid"; while [ ! -e "$0.go" ]; do sleep 0.05; done' "$T/term-ignoring"
+
 # ---- a shell loop with --holder $$, killed --------------------------------------------
 assert_exit 0 "$Q" send H job2
 bash -c '"$1" receive H --holder $$ --json >"$2"; exec sleep 60' _ "$Q" "$T/loop.msg" &

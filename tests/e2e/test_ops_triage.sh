@@ -76,6 +76,17 @@ assert_exit 1 "$Q" check p
 assert_contains "$OUT" "Q WARNING" "check: WARNING"
 assert_contains "$OUT" "p: paused until" "check: names the pause"
 assert_contains "$OUT" "smtp relay down" "check: the reason"
+# A reason with a newline and terminal controls: escaped as stats does, one
+# status line (issue 25 item 15).
+"$Q" create esc >/dev/null
+assert_exit 0 "$Q" pause esc --reason $'relay\nQ OK\e]0;owned\a'
+run "$Q" check esc
+assert_eq 1 "$RC" "check: WARNING for a paused queue"
+assert_eq 1 "$(printf '%s\n' "$OUT" | wc -l)" "check: one status line"
+assert_not_contains "$OUT" $'\e' "check: no ESC reaches the terminal"
+assert_not_contains "$OUT" $'\a' "check: no BEL"
+assert_contains "$OUT" 'relay\nQ OK' "check: the reason, escaped"
+"$Q" resume esc >/dev/null
 # q work idles (does not exit) while paused, and takes the messages on resume.
 "$Q" work p -q -- true &
 worker=$!
@@ -110,6 +121,24 @@ s=$(stats_json trip)
 assert_eq true "$(jq .paused <<<"$s")" "--trip paused the queue"
 assert_match '^q work --trip 3/1m: 3 failures within 1m \(last: exit status 1\)' "$(jq -r .pause_reason <<<"$s")" "--trip's reason"
 assert_eq null "$(jq .paused_until <<<"$s")" "until resumed"
+# An operator's timed pause in place when --trip trips is kept, with its end and
+# reason (issue 25 item 12): not replaced by "until q resume".
+"$Q" create window >/dev/null
+for i in 1 2 3; do "$Q" send window "w$i" -q; done
+"$Q" work window -j 3 --trip 3/1m --backoff-base 10s --backoff-cap 10s -- \
+  sh -c 'while [ ! -e "$0" ]; do sleep 0.05; done; exit 1' "$T/window.go" 2>"$T/window.err" &
+wpid=$!
+in_flight_is() { [[ $(stat_field "$1" in_flight) == "$2" ]]; }
+wait_for 10 in_flight_is window 3 || fail "q work did not take the three messages"
+assert_exit 0 "$Q" pause window --for 1h --reason 'relay maintenance'
+until_before=$(stats_json window | jq -r .paused_until)
+touch "$T/window.go"
+wait "$wpid"
+assert_eq 75 "$?" "q work --trip still trips (exit 75)"
+s=$(stats_json window)
+assert_eq "relay maintenance" "$(jq -r .pause_reason <<<"$s")" "the operator's reason is kept"
+assert_eq "$until_before" "$(jq -r .paused_until <<<"$s")" "and the end of its window"
+assert_contains "$(cat "$T/window.err")" "already paused until" "q work says it left the pause"
 assert_exit 64 "$Q" work trip --trip 0/1m -- true
 assert_exit 64 "$Q" work trip --trip 3 -- true
 assert_exit 64 "$Q" work trip --trip 3/0s -- true
@@ -233,3 +262,35 @@ if command -v script >/dev/null; then
   assert_contains "$(<"$T/tty")" "rc=64" "stdin a terminal: usage error, no hang"
 fi
 
+
+# ---- q show: the attempt count and numbering (issue 25 item 15) ----------------------------
+# File only: the text is q show's own, but this was not run against a cluster's
+# attempt history.
+if ! on_nats; then
+# 8 ended deliveries and the one in flight: not "attempts 9 (the last 8 are kept)".
+"$Q" create shown --max-receives 20 >/dev/null
+"$Q" send shown x -q
+for i in 1 2 3 4 5 6 7 8; do
+  r=$("$Q" receive shown --json | jq -r .receipt)
+  "$Q" nack shown "$r" >/dev/null || fail "nack $i"
+done
+id=$("$Q" receive shown --json | jq -r .id)
+run "$Q" show shown "$id"
+assert_contains "$OUT" "attempts        9 (only the last 8 ended ones are kept, and the one in flight)" \
+  "the count line says what is kept"
+# After a redrive the receive count starts again: said, not #1, #2, #1 silently.
+"$Q" create again --max-receives 2 >/dev/null
+"$Q" send again y -q
+for i in 1 2; do
+  r=$("$Q" receive again --json | jq -r .receipt)
+  "$Q" nack again "$r" >/dev/null || fail "nack $i"
+done
+assert_exit 1 "$Q" receive again  # its third receive dead-letters it
+assert_eq 1 "$(stat_field again dead)" "dead-lettered after 2 receives"
+"$Q" redrive again >/dev/null
+id=$("$Q" receive again --json | jq -r .id)
+run "$Q" show again "$id"
+assert_contains "$OUT" "#1  received" "the first delivery"
+assert_contains "$OUT" "(its receive count started again: redriven or imported)" \
+  "the delivery after the redrive says its count started again"
+fi

@@ -55,6 +55,19 @@ printf 'fine\ntoo long\n' >"$T/part2"
 assert_eq 65 "$?" "a message too large mid-stream: exit 65"
 assert_contains "$(cat "$T/s.err")" "the 1 message before it was sent" "stderr says how many were sent"
 assert_eq 1 "$(stat_field small visible)" "nothing of the refused batch was stored"
+# The line is numbered from the start of the input, not within its batch
+# (issue 25 item 15: "message 2" for line 3).
+assert_contains "$(cat "$T/s.err")" "line 3 of standard input is 8 bytes" "numbered from the start"
+# A line longer than the queue's max size is refused as soon as that much is
+# read: not buffered to 256 MiB first (the line here never ends).
+assert_exit 0 "$Q" create mib --max-size 65536
+run /usr/bin/time -f %M -o "$T/mib.rss" timeout $((30 * ${Q_TEST_TIME_SCALE:-1})) \
+  sh -c 'yes x | tr -d "\n" | "$0" send mib --lines' "$Q"
+assert_eq 65 "$RC" "a never-ending line on a 64 KiB queue: exit 65"
+assert_contains "$ERR" "line 1 is over 65536 bytes, queue mib's max size" "names the queue's limit"
+rss=$(tail -n 1 "$T/mib.rss")
+echo "a never-ending line on a 64 KiB queue: refused with a peak resident size of $rss KiB"
+((rss < 64 * 1024)) || fail "q send held $rss KiB for a line on a 64 KiB queue"
 
 # ---- kill -9 mid-stream: the ids printed are exactly those committed ----------------------
 assert_exit 0 "$Q" create K

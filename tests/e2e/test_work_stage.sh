@@ -75,6 +75,42 @@ assert_exit 4 timeout 60 "$Q" work src --to dst --to-max-bytes 100000 --max-mess
 assert_eq 0 "$(stat_field dst visible)" "its output is not sent"
 "$Q" purge src >/dev/null
 
+# ---- output written through a reopened stdout is kept whole (issue 25 item 8) ----------
+# The command's stdout is a pipe: opening /dev/stdout or /proc/self/fd/1 again
+# (with O_TRUNC, as a shell's > does) neither truncates nor leaves holes.
+body_of_dst() { "$Q" receive dst --json | jq -r .body; }
+"$Q" send src reopen >/dev/null
+assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- \
+  sh -c 'echo first; echo second >/dev/stdout; echo third >/proc/self/fd/1; echo fourth'
+assert_eq $'first\nsecond\nthird\nfourth' "$(body_of_dst)" "every line, in order"
+printf 'line one\nline two\n' >"$T/in.txt"
+"$Q" send src copy >/dev/null
+assert_exit 0 "$Q" work src --to dst --exit-when-empty -q -- \
+  sh -c 'echo head; cp "$0" /dev/stdout' "$T/in.txt"
+run "$Q" receive dst --json
+assert_eq $'head\nline one\nline two' "$(jq -r .body <<<"$OUT")" "cp to /dev/stdout"
+assert_not_contains "$(jq -r .body <<<"$OUT" | od -c)" '\0' "no NUL bytes"
+"$Q" purge dst >/dev/null
+
+# ---- --to-max-bytes bounds what is read, as it is read (issue 25 item 14) --------------
+# A command writing as fast as it can is stopped within a pipe's worth of the
+# limit (it blocks on the full pipe), not after however much it wrote meanwhile.
+"$Q" send src flood >/dev/null
+# (One process writing 64 KiB at a time, noting its total after each write.)
+assert_exit 4 "$Q" work src --to dst --to-max-bytes 100000 --max-messages 1 -q -- \
+  python3 -c 'import os, sys
+f = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+n, chunk = 0, bytes(65536)
+while True:
+    n += os.write(1, chunk)
+    os.pwrite(f, b"%20d" % n, 0)' "$T/flood.n"
+written=$(tr -d ' ' <"$T/flood.n")
+echo "--to-max-bytes 100000: the command had written $written bytes when it was stopped"
+[[ $written =~ ^[0-9]+$ ]] || fail "the flood command did not note what it wrote"
+((written <= 100000 + 4 * 65536)) || fail "wrote $written bytes past --to-max-bytes 100000"
+assert_eq 0 "$(stat_field dst visible)" "its output is not sent"
+"$Q" purge src >/dev/null
+
 # ---- refused at the start: no DST, DST = SRC, --to-* without --to, FIFO without group -
 "$Q" send src waiting >/dev/null
 assert_exit 66 "$Q" work src --to nosuch -- true
@@ -86,6 +122,21 @@ assert_exit 64 "$Q" work src --to-lines -- true
 "$Q" create ordered --fifo >/dev/null || die "create fifo"
 assert_exit 64 "$Q" work src --to ordered -- true
 assert_contains "$ERR" "--to-group" "a FIFO DST needs a group"
+# Every group mismatch is refused at the start, nothing taken (issue 25 item 13).
+"$Q" create fsrc --fifo >/dev/null || die "create fifo source"
+"$Q" send fsrc one --group g >/dev/null
+assert_exit 64 "$Q" work fsrc --to dst -- cat
+assert_contains "$ERR" "--to dst: a standard queue, and queue fsrc is FIFO" "FIFO into standard"
+assert_exit 64 "$Q" work src --to dst --to-group g1 -- cat
+assert_contains "$ERR" "--to-group: queue dst is a standard queue" "--to-group on a standard DST"
+assert_exit 64 "$Q" work src --to ordered --to-group '' -- cat
+assert_contains "$ERR" "--to-group '': use 1 to 128" "an empty --to-group"
+assert_exit 64 "$Q" work src --to ordered --to-group "$(printf 'g%.0s' {1..129})" -- cat
+assert_contains "$ERR" "use 1 to 128 printable ASCII" "a too-long --to-group"
+assert_exit 64 "$Q" work src --to ordered --to-group 'a b' -- cat
+assert_eq "1 0 0" "$(stats_json src | jq -r '"\(.visible) \(.in_flight) \(.dead)"')" \
+  "nothing taken, nothing dead-lettered"
+assert_eq "1 0" "$(stats_json fsrc | jq -r '"\(.visible) \(.dead)"')" "nothing taken from fsrc"
 assert_exit 0 "$Q" work src --to ordered --to-group g1 --exit-when-empty -q -- cat
 # (receive, not peek: peek on NATS does not show a message's group yet)
 assert_eq g1 "$("$Q" receive ordered --json | jq -r .group)" "--to-group"
