@@ -54,7 +54,8 @@ The promise checked (the issue's contract):
      message is both acked (exit 0) and dead-lettered, none acked twice (a
      `q work` run that exited 0 counts as an ack unless its q work was killed
      before it could ack); an ack answered "stale" came after the lease ended
-     (by q's clock, within the largest step with --clock-steps);
+     (by q's clock, within the largest step with --clock-steps) or after a
+     later delivery of its message;
   6. no command exited with a code the scenario did not allow;
   7. q work --to (when the log has stage_out): every output on DST was written
      by a run of its message that exited 0, no message has two outputs, none
@@ -355,9 +356,13 @@ class Checker:
                         break  # unknown from here on
 
         # ---- "stale" only once the lease is over ------------------------------------
+        # (or once a later delivery superseded it: whether that one came too
+        # early is the lease-overlap rule's to judge)
         for ds in deliveries.values():
             for d in ds:
                 if d.stale_t1 is None or d.lease_end_ms is None:
+                    continue
+                if any(x.count > d.count and x.t0 < d.stale_t1 for x in ds):
                     continue
                 if d.nacked_t0 is not None and d.nacked_t0 < d.stale_t1:
                     continue  # released by a nack first
@@ -499,14 +504,16 @@ class Checker:
         self.match_gaps(gaps, blind_receivers, dup)
 
         # A q work run that exited 0 is acked by its q work, unless that q work
-        # was killed before it could ack (before the message came back).
+        # was killed before it could ack (before the message came back), or its
+        # command was, between its work_end record and its exit.
         for mid, ds in deliveries.items():
             for k, d in enumerate(ds):
                 if d.outcome != "work-ok":
                     continue
                 nxt = ds[k + 1] if k + 1 < len(ds) else None
                 until = None if nxt is None else (nxt.t1 if nxt.source == "receive" else nxt.t0)
-                if not self.kill_between(d.ppid, d.t0 - FORK_SLACK_US, until):
+                if not (self.kill_between(d.ppid, d.t0 - FORK_SLACK_US, until)
+                        or self.kill_between(d.pid, d.t0, until)):
                     acks_ok[mid] += 1
 
         # ---- 1. nothing lost -----------------------------------------------------
