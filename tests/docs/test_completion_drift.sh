@@ -15,5 +15,7 @@ done
 
 # The generated files are valid in their shells.
 bash -n "$SRC/completions/q.bash" || fail "completions/q.bash: bash syntax error"
-if command -v zsh >/dev/null; then zsh -n "$SRC/completions/_q" || fail "completions/_q: zsh syntax error"; fi
-if command -v fish >/dev/null; then fish -n "$SRC/completions/q.fish" || fail "completions/q.fish: fish syntax error"; fi
+need zsh zsh
+need fish fish
+zsh -n "$SRC/completions/_q" || fail "completions/_q: zsh syntax error"
+fish -n "$SRC/completions/q.fish" || fail "completions/q.fish: fish syntax error"

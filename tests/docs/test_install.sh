@@ -12,6 +12,7 @@
 # and nothing else; the pages are the built ones and read with man -l.
 source "$(dirname "$0")/lib.sh" "$@"
 need gzip gzip
+need man man-db
 
 root=$T/root
 DESTDIR=$root cmake --install "$BUILD" --prefix /usr >"$T/log" 2>&1 ||
@@ -62,9 +63,7 @@ done
 # The pages are gzip'd troff that man reads.
 for page in "$root"/usr/share/man/man*/*.gz; do
   gzip -t "$page" || { fail "$page: not gzip"; continue; }
-  if command -v man >/dev/null; then
-    MANWIDTH=80 man -l "$page" 2>"$T/err" | grep -q '^NAME' || fail "man -l $(basename "$page") shows no NAME"
-  fi
+  MANWIDTH=80 man -l "$page" 2>"$T/err" | grep -q '^NAME' || fail "man -l $(basename "$page") shows no NAME"
 done
 MANWIDTH=80 man -l "$root/usr/share/man/man1/q.1.gz" 2>/dev/null | grep -q -- '--lock-timeout' ||
   fail "q(1) as installed does not document --lock-timeout"

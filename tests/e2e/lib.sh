@@ -18,6 +18,10 @@
 #   skip REASON           the whole test cannot run here: exit 77 now (ctest: skipped)
 #   skip_part REASON      one part cannot run here: the rest runs, and the test
 #                         then exits 77 (skipped) unless something failed (exit 1)
+#   missing REASON        a package or binary the test needs is not installed:
+#                         skip, or a failure under CI=true or Q_REQUIRE_ALL=1
+#                         (require_all: scripts/bootstrap installs every one)
+#   missing_part REASON   the same for one part (skip_part, or fail)
 #   seed_random [N]       seed $RANDOM from $Q_TEST_SEED (+ N): bash reseeds $RANDOM
 #                         in every subshell, so each background loop calls it with
 #                         its own N; the seed is printed at the start of each test
@@ -130,7 +134,7 @@ die() {
   exit 1
 }
 
-# skip REASON: this test cannot run here (no unshare, not root, a tool missing):
+# skip REASON: this test cannot run here (no unshare, not root; a missing tool: missing):
 # exit 77, which ctest reports as skipped (SKIP_RETURN_CODE 77), never as passed.
 skip() {
   echo "$TEST_NAME: skipped: $*" >&2
@@ -143,6 +147,27 @@ skip() {
 skip_part() {
   echo "$TEST_NAME: part skipped: $*" >&2
   echo "$*" >>"$_SKIPS"
+}
+
+# require_all: true under CI=true or Q_REQUIRE_ALL=1, where every package of
+# scripts/bootstrap is installed: a missing tool is a broken bootstrap, not a
+# reason to skip. (What the environment cannot do, not root, no unshare, no
+# user namespaces, stays a skip.)
+require_all() { [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; }
+
+# missing REASON: the whole test needs a package or binary that is not installed.
+missing() {
+  require_all && die "missing: $* (CI=true or Q_REQUIRE_ALL=1: scripts/bootstrap installs it, so this is a failure)"
+  skip "$*"
+}
+
+# missing_part REASON: one part needs a package or binary that is not installed.
+missing_part() {
+  if require_all; then
+    fail "missing: $* (CI=true or Q_REQUIRE_ALL=1: scripts/bootstrap installs it, so this is a failure)"
+  else
+    skip_part "$*"
+  fi
 }
 
 # wait_for SECONDS CMD...: poll CMD (every 20 ms) until it succeeds; returns 1

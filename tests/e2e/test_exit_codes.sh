@@ -246,7 +246,7 @@ elif command -v flock >/dev/null; then
   cmp_file "$T/before.q" "commands refused as busy"
   assert_exit 0 "$Q" --lock-timeout 300ms send locked after
 else
-  skip_part "flock(1) is missing (Debian: util-linux): the busy (69) checks did not run"
+  missing_part "flock(1) (Debian: util-linux): the busy (69) checks did not run"
 fi
 
 # ---- permission denied: 77 (root may write anything, so as another user) ---------------------
@@ -260,6 +260,6 @@ elif command -v setpriv >/dev/null; then
   assert_exit 77 setpriv --reuid=65534 --regid=65534 --clear-groups "$Q" -f "$T/ro.q" send ro body
   chmod 0700 "$T"
 else
-  skip_part "running as root without setpriv (Debian: util-linux): the permission (77) check did not run"
+  missing_part "setpriv (Debian: util-linux), as root: the permission (77) check did not run"
 fi
 chmod 0644 "$T/ro.q"

@@ -3,12 +3,8 @@
 # accounts needed), which needs root: without it this test is skipped (77).
 source "$(dirname "$0")/lib.sh" "$@"
 file_backend_only "queue files and their permissions for other users"
-if [[ $(id -u) != 0 ]] || ! command -v setpriv >/dev/null; then
-  echo "test_files_users: skipped: needs root and setpriv (to act as other users)" >&2
-  trap - EXIT
-  rm -rf "$T"
-  exit 77
-fi
+[[ $(id -u) == 0 ]] || skip "needs root (to act as other users with setpriv)"
+command -v setpriv >/dev/null || missing "setpriv (Debian: util-linux), to act as other users"
 G=40000
 as_a() { setpriv --reuid=40001 --regid=$G --groups=$G "$@"; }
 as_b() { setpriv --reuid=40002 --regid=$G --groups=$G "$@"; }

@@ -17,7 +17,7 @@ file_format() {
   mdb_dump -n -p -s meta "$Q_FILE" | sed -n '/^ q-format$/{n;p}' | tr -d ' '
 }
 have_mdb_dump=1
-command -v mdb_dump >/dev/null || { have_mdb_dump=0; skip_part "mdb_dump is not installed"; }
+command -v mdb_dump >/dev/null || { have_mdb_dump=0; missing_part "mdb_dump (Debian: lmdb-utils)"; }
 if ((have_mdb_dump)); then
   assert_eq '\01\00\00\00' "$(file_format)" "the fixture is format 1"
 fi

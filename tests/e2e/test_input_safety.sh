@@ -174,11 +174,13 @@ top_reads() {  # top_reads STDIN_REDIRECT: read syscalls of q top in about a sec
   kill "$pid" 2>/dev/null
   wait 2>/dev/null
 }
-if command -v script >/dev/null && [[ -r /proc/self/io ]]; then
+if ! command -v script >/dev/null; then
+  missing_part "script(1) (Debian: bsdutils): the q top spin check"
+elif [[ ! -r /proc/self/io ]]; then
+  skip_part "no /proc/PID/io here (a kernel without task I/O accounting): the q top spin check"
+else
   reads=$(top_reads '</dev/null')
   [[ $reads =~ ^[0-9]+$ ]] && ((reads < 2000)) || fail "q top </dev/null made $reads reads in a second"
   reads=$(top_reads '<&-')
   [[ $reads =~ ^[0-9]+$ ]] && ((reads < 2000)) || fail "q top <&- made $reads reads in a second"
-else
-  echo "q top spin check skipped: needs script(1) and /proc/PID/io"
 fi

@@ -36,16 +36,33 @@ wait_bg() {
 }
 
 # ---- a send by another process wakes the waiting receiver -----------------------------------
-# Repeated on fresh queues: a lost wake-up may be a race that only shows now and then.
-for trial in 1 2 3 4 5; do
+# The doorbell (libq/bell.cpp: FUTEX_WAKE at each commit) wakes a waiting
+# receive within about a millisecond of the send; without it the receive
+# would find the message only at its next look at the file (every 100 ms,
+# Bell::kSlice), which a limit of seconds lets pass. So the wake is timed on
+# q's own clocks, from the message's sent_at to its last_received_at (no
+# process start or exit in it; the send runs --no-sync, so no fsync between
+# its sent_at and its commit either), and most of the trials (5 of 7) must take
+# under WAKE_MS (20 ms, times Q_TEST_TIME_SCALE): a receive woken only by the
+# 100 ms look makes that 1 time in 5 per trial, so 5 of 7 about 1 run in 200.
+# Repeated on fresh queues: a lost wake-up may be a race that only shows now
+# and then.
+scale=${Q_TEST_TIME_SCALE:-1}
+WAKE_MS=$((20 * scale))
+iso_ms() { date -d "$1" +%s%3N; }
+# waiting PID: the process sleeps in a futex (the doorbell, or on NATS its
+# wait for the pull), so a send now must wake it.
+waiting() { [[ $(cat "/proc/$1/wchan" 2>/dev/null) == *futex* ]]; }
+fast=0 lat=()
+for trial in 1 2 3 4 5 6 7; do
   qn=wake$trial
   assert_exit 0 "$Q" create $qn
   start=$(now_ms)
   bg_receive $qn $qn --wait 10s --json
-  sleep 0.2
+  wait_for 5 waiting "$(cat "$T/$qn.pid")" || echo "trial $trial: the receive did not show a futex wait ($(cat "/proc/$(cat "$T/$qn.pid")/wchan" 2>/dev/null)); sending anyway"
   [[ -e $T/$qn.end ]] && fail "trial $trial: receive --wait 10s returned before anything was sent (exit $(cat "$T/$qn.rc"))"
   sent_at=$(now_ms)
-  assert_exit 0 "$Q" send $qn "wake-up $trial"
+  assert_exit 0 "$Q" --no-sync send $qn "wake-up $trial"
   id=$OUT
   # The message must arrive well before the 10 s wait ends.
   start=$sent_at
@@ -54,10 +71,15 @@ for trial in 1 2 3 4 5; do
     assert_eq "$id" "$(jq -r .id <"$T/$qn.out")" "trial $trial: long poll received the message sent meanwhile"
     assert_eq "wake-up $trial" "$(jq -r .body <"$T/$qn.out")" "trial $trial: long poll body"
     assert_eq "" "$(cat "$T/$qn.err")" "trial $trial: long poll: no error text"
+    ms=$(($(iso_ms "$(jq -r .last_received_at <"$T/$qn.out")") - $(iso_ms "$(jq -r .sent_at <"$T/$qn.out")")))
+    lat+=("$ms")
+    ((ms < WAKE_MS)) && fast=$((fast + 1))
   else
     fail "trial $trial: q receive $qn --wait 10s did not wake up within 2 s of a send by another process"
   fi
 done
+echo "woken ${lat[*]} ms after each send (sent_at to last_received_at); $fast of 7 under ${WAKE_MS} ms"
+((fast >= 5)) || fail "only $fast of 7 waiting receives were woken within ${WAKE_MS} ms of the send (${lat[*]} ms): the doorbell did not wake them, they found the message at a later look"
 
 # ---- a send to another queue does not satisfy the wait -----------------------------------
 assert_exit 0 "$Q" create lp

@@ -5,12 +5,8 @@
 # which needs root: without it this test is skipped (77).
 source "$(dirname "$0")/lib.sh" "$@"
 file_backend_only "read-only opens of a queue file"
-if [[ $(id -u) != 0 ]] || ! command -v setpriv >/dev/null; then
-  echo "test_ops_readonly: skipped: needs root and setpriv (to act as another user)" >&2
-  trap - EXIT
-  rm -rf "$T"
-  exit 77
-fi
+[[ $(id -u) == 0 ]] || skip "needs root (to act as another user with setpriv)"
+command -v setpriv >/dev/null || missing "setpriv (Debian: util-linux), to act as another user"
 as_reader() { setpriv --reuid=40011 --regid=40010 --clear-groups "$@"; }
 chmod 755 "$T"
 D=$T/ro

@@ -229,7 +229,7 @@ if command -v script >/dev/null; then
   assert_not_contains "$(<"$T/tty")" "[y/N]" "-y: no question"
   assert_eq 0 "$(stat_field dl visible)" "-y: purged"
 else
-  skip_part "confirmation on a terminal: no script(1)"
+  missing_part "script(1) (Debian: bsdutils): confirmation on a terminal"
   "$Q" purge dl >/dev/null 2>&1
 fi
 # On a pipe (cron, scripts) they do not ask; the counts go to stderr.
@@ -260,6 +260,8 @@ assert_contains "$ERR" "no receipts given" "empty stdin: usage error"
 if command -v script >/dev/null; then
   script -qec "$(printf '%q ' "$Q" -f "$Q_FILE" ack im); echo \"rc=\$?\"" /dev/null </dev/null >"$T/tty" 2>&1
   assert_contains "$(<"$T/tty")" "rc=64" "stdin a terminal: usage error, no hang"
+else
+  missing_part "script(1) (Debian: bsdutils): ack with a terminal on stdin"
 fi
 
 

@@ -84,7 +84,7 @@ assert_contains "$ERR" "line 1: over" "the error names the line"
 # (dlq list -n 1 over 400 MB peaked at 787 MB). Memory must follow what is
 # printed: checked here on 64 MB of dead letters with GNU time's peak RSS.
 if [[ ! -x /usr/bin/time ]]; then
-  skip_part "no /usr/bin/time (package time): the memory checks"
+  missing_part "/usr/bin/time (Debian: time): the memory checks"
 elif ldd "$Q" 2>/dev/null | grep -q 'libasan'; then
   # ASan's shadow memory and quarantine of freed blocks are not q's.
   skip_part "a sanitizer build: its memory use is not q's"

@@ -103,7 +103,7 @@ echo "fast stream killed: $printed ids printed, $committed messages committed"
 
 # ---- memory: flat, whatever the length of the input --------------------------------------
 if [[ ! -x /usr/bin/time ]]; then
-  skip_part "no /usr/bin/time (package time): the memory check"
+  missing_part "/usr/bin/time (Debian: time): the memory check"
 elif ldd "$Q" 2>/dev/null | grep -q 'libasan'; then
   skip_part "a sanitizer build: its memory use is not q's"
 else

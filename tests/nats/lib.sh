@@ -6,9 +6,9 @@
 #   ...
 #   finish "what passed"
 #
-# nats_test skips (exit 77) without Debian's nats-server, q-nats (beside q) or
-# jq; makes $T (a temp dir), starts a 3-node cluster in $CL ($T/c) on free
-# loopback ports (scripts/nats-cluster), and on exit kills the test's
+# nats_test skips (exit 77; under CI=true or Q_REQUIRE_ALL=1 fails) without
+# Debian's nats-server, q-nats (beside q) or jq; makes $T (a temp dir), starts
+# a 3-node cluster in $CL ($T/c) on free loopback ports (scripts/nats-cluster), and on exit kills the test's
 # background jobs, stops the cluster and removes $T. It sets:
 #   $Q       the q binary          $urls    nats://127.0.0.1:P1,...,P3
 #   $scale   Q_TEST_TIME_SCALE     $MON_N, $CLIENT_N  node N's ports (DIR/env)
@@ -39,19 +39,42 @@ finish() {
   exit $((fails > 0))
 }
 
-# nats_require [Q]: skip (77) unless nats-server is installed and, given the q
-# binary, q-nats is built beside it and jq is installed.
+# nats_missing WHAT: a package or binary the test needs is missing: skip (77),
+# or fail (exit 1) under CI=true or Q_REQUIRE_ALL=1, where scripts/bootstrap
+# installs every package (and CMake builds q-nats): there it is a broken setup.
+nats_missing() {
+  if [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; then
+    echo "FAIL: $* (CI=true or Q_REQUIRE_ALL=1: a missing package is a failure, not a skip)" >&2
+    exit 1
+  fi
+  echo "SKIP: $*"
+  exit 77
+}
+
+# nats_missing_part WHAT: one part cannot run for a missing package: a failure
+# under CI=true or Q_REQUIRE_ALL=1, else a note (the rest of the test runs).
+nats_missing_part() {
+  if [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; then
+    fail "$* (CI=true or Q_REQUIRE_ALL=1: a missing package is a failure, not a skip)"
+  else
+    echo "   not run: $*"
+  fi
+}
+
+# nats_require [Q]: nats_missing unless nats-server is installed and, given the
+# q binary, q-nats is built beside it and jq is installed.
 nats_require() {
-  command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
+  command -v nats-server >/dev/null || nats_missing "nats-server not installed (Debian: nats-server)"
   [[ -z ${1:-} ]] && return 0
-  [[ -x $(dirname "$1")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-  command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+  [[ -x $(dirname "$1")/q-nats ]] || nats_missing "q-nats not built beside $1 (needs libnats-dev)"
+  command -v jq >/dev/null || nats_missing "jq not installed (Debian: jq)"
 }
 
 # nats_cluster_start DIR: a 3-node cluster with its data in DIR; sets $urls and
 # the ports of DIR/env. Exits 1 when the cluster does not come up.
 nats_cluster_start() {
   urls=$("$cluster" start "$1" 3) || { echo "FAIL: cluster start"; exit 1; }
+  NATS_STARTED=$SECONDS   # every stream of the test is younger than this
   # shellcheck source=/dev/null
   source "$1/env"
 }

@@ -2,7 +2,7 @@
 # scripts/nats-cluster: a 3-node JetStream cluster on free loopback ports forms a
 # meta group, survives kill -9 of its meta leader (a new leader is elected), the
 # node rejoins after a restart, and stop leaves no process or directory behind.
-# Skipped (77) when Debian's nats-server is not installed.
+# Skipped (77) when Debian's nats-server is not installed (a failure under CI=true or Q_REQUIRE_ALL=1).
 source "$(dirname "$0")/lib.sh"
 nats_require
 dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-test.XXXXXX")

@@ -6,7 +6,7 @@
 # one when it comes due, woken by JetStream's timer, not by polling; a
 # delay beyond the retention is refused (65); the receive count starts at 1.
 #   test_nats_delay.sh Q_BINARY
-# Skipped (77) without nats-server or q-nats.
+# Skipped (77) without nats-server or q-nats (a failure under CI=true or Q_REQUIRE_ALL=1).
 source "$(dirname "$0")/lib.sh"
 nats_test delay "${1:?usage: test_nats_delay.sh Q_BINARY}"
 export Q_FILE="$urls/delay"

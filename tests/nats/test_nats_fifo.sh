@@ -7,7 +7,7 @@
 # next message of a group is delivered as soon as its head is acked (the
 # wait record), not when a lease runs out; stats count groups and held groups.
 #   test_nats_fifo.sh Q_BINARY
-# Skipped (77) without nats-server or q-nats.
+# Skipped (77) without nats-server or q-nats (a failure under CI=true or Q_REQUIRE_ALL=1).
 source "$(dirname "$0")/lib.sh"
 nats_test fifo "${1:?usage: test_nats_fifo.sh Q_BINARY}"
 export Q_FILE="$urls/fifo"

@@ -6,14 +6,13 @@
 # is run again, and that run's outputs (the same Nats-Msg-Ids) are not stored
 # a second time: every output is in DST exactly once, every source acked.
 #   test_nats_stage.sh Q_BINARY
-# Skipped (77) without nats-server or q-nats.
+# Skipped (77) without nats-server or q-nats (a failure under CI=true or Q_REQUIRE_ALL=1).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../../scripts/nats-cluster
 Q=${1:?usage: test_nats_stage.sh Q_BINARY}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+source "$here/lib.sh"   # nats_require; this test's own harness follows
+nats_require "$Q"
 scale=${Q_TEST_TIME_SCALE:-1}
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }

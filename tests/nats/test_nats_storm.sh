@@ -24,7 +24,7 @@
 # STORM_SECONDS (default 24) sets the storm's length. Every wait for the cluster
 # is q's own --lock-timeout (Q_LOCK_TIMEOUT, 30 s times Q_TEST_TIME_SCALE): a
 # command that waits out an election succeeds; one that gives up fails the test.
-# Skipped (77) without nats-server, q-nats or jq.
+# Skipped (77) without nats-server, q-nats or jq (a failure under CI=true or Q_REQUIRE_ALL=1).
 source "$(dirname "$0")/lib.sh"
 nats_require "${1:?usage: test_nats_storm.sh Q_BINARY}"
 # The torture harness: $T, $L (the logs), the load loops, drain, check.

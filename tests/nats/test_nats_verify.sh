@@ -5,15 +5,14 @@
 # calls) and must be reported (exit 74, one line naming it); a healthy
 # namespace, with messages visible, in flight, delayed and dead, is clean (0).
 #   test_nats_verify.sh Q_BINARY NATS_POKE
-# Skipped (77) without nats-server or q-nats.
+# Skipped (77) without nats-server or q-nats (a failure under CI=true or Q_REQUIRE_ALL=1).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../../scripts/nats-cluster
 Q=${1:?usage: test_nats_verify.sh Q_BINARY NATS_POKE}
 POKE=${2:?usage: test_nats_verify.sh Q_BINARY NATS_POKE}
-command -v nats-server >/dev/null || { echo "SKIP: nats-server not installed"; exit 77; }
-[[ -x $(dirname "$Q")/q-nats ]] || { echo "SKIP: q-nats not built"; exit 77; }
-command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+source "$here/lib.sh"   # nats_require; this test's own harness follows
+nats_require "$Q"
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-verify.XXXXXX")

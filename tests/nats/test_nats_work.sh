@@ -7,7 +7,7 @@
 # its 1 s poll; --exit-when-empty leaves delayed messages (next_delivery);
 # and on a FIFO queue q work -j 4 never runs two messages of one group at once.
 #   test_nats_work.sh Q_BINARY
-# Skipped (77) without nats-server or q-nats.
+# Skipped (77) without nats-server or q-nats (a failure under CI=true or Q_REQUIRE_ALL=1).
 source "$(dirname "$0")/lib.sh"
 nats_test work "${1:?usage: test_nats_work.sh Q_BINARY}"
 export Q_FILE="$urls/work" T
@@ -74,21 +74,28 @@ chmod +x "$T/stamp.sh"
 "$Q" work idle -q -- "$T/stamp.sh" &
 worker=$!
 sleep 2
-lat=()
-for i in 1 2 3 4 5; do
+# Woken by the watch, the command starts some 25 ms after the send began (the
+# send's own connection included); a deaf watch leaves q work to its 1 s poll
+# (median ~800 ms), which a 1 s limit on the median let pass. So most trials
+# (5 of 7) must start within WATCH_MS (200 ms, times Q_TEST_TIME_SCALE): a
+# 1 s poll makes that about 1 time in 5 per trial, 5 of 7 about 1 run in 200.
+WATCH_MS=$((200 * scale))
+lat=() fast=0
+for i in 1 2 3 4 5 6 7; do
   n=$(wc -l <"$T/ran")
   sent=$(now_ms)
   "$Q" send idle "w$i" >/dev/null
   deadline=$((sent + 5000 * scale))
   while (($(wc -l <"$T/ran") == n)) && (($(now_ms) < deadline)); do sleep 0.02; done
   lat+=($(($(tail -1 "$T/ran") - sent)))
+  ((${lat[-1]} < WATCH_MS)) && fast=$((fast + 1))
   sleep 0.$((RANDOM % 9 + 1))
 done
 kill -TERM "$worker"
 wait "$worker"
-median=$(printf '%s\n' "${lat[@]}" | sort -n | sed -n 3p)
-echo "q work started the command ${lat[*]} ms after each send (median ${median} ms; without a watch it polls each 1000 ms)"
-((median < 1000 * scale)) || fail "q work woke ${median} ms (median) after a send"
+median=$(printf '%s\n' "${lat[@]}" | sort -n | sed -n 4p)
+echo "q work started the command ${lat[*]} ms after each send (median ${median} ms; $fast of 7 under ${WATCH_MS} ms; without a watch it polls each 1000 ms)"
+((fast >= 5)) || fail "q work started the command within ${WATCH_MS} ms of a send only $fast times of 7 (${lat[*]} ms): the watch did not wake it"
 
 # ---- a queue's shared --rate: two q work processes together keep to it -------------------
 # n starts at 5/s (no burst below 10/s) shared by both take at least n-1

@@ -14,7 +14,7 @@ Every *.jsonl file in LOGDIR holds one JSON object a line, one per operation:
   {"op":"abandon","receipt":R,"t0":us}          a consumer drops a delivery on purpose (a crash)
   {"op":"work_begin","q":Q,"id":ID,"receipt":R,"count":N,"body":B,"pid":P,"ppid":W,"t0":us}
   {"op":"work_end","receipt":R,"pid":P,"ppid":W,"t1":us,"rc":RC}   the handler's exit status
-  {"op":"kill","pid":P,"t0":us,"what":CMD}      the killer sent SIGKILL
+  {"op":"kill","pid":P,"t0":us,"what":CMD}      the killer sent SIGKILL (CMD: its first words)
   {"op":"dlq","q":Q,"out":[<q dlq list --json objects>]}       final dead letters
   {"op":"final_stats","q":Q,"out":{<q stats --json>}}          after the drain
   {"op":"config","allow":{"send":[0,75],...}}   extra exit codes a scenario expects
@@ -33,19 +33,29 @@ The promise checked (the issue's contract):
      a delivery's receive time (q's clock) is at or after the previous
      delivery's lease end (as extended), unless that one was released by nack;
      and, in real time, the new delivery's process did not end before the old
-     lease ran out;
+     lease ran out; a `q work` delivery's lease (kept by its heartbeat) lasts
+     until its command ended, unless that q work was killed first;
   4. every duplicate delivery is explained: by a lease that ran out (the ack
      came late: stale), a nack, a crash (a consumer abandoned it, or its ack,
      its receive or its `q work` was killed); never after a successful ack.
      A crash excuses only what the kill log proves: the redelivered delivery's
      own process (its receive, its ack or nack, its `q work` or command) has a
-     "kill" record; a receive-count gap (deliveries never seen) needs a killed
-     receiver that ran between the deliveries around the gap, one per unseen
-     delivery. A process that died of a signal nobody logged sending is a crash
-     of q, never an excuse;
+     "kill" record logged while it ran and at or before the redelivery; a
+     receive-count gap (deliveries never seen) needs a killed receiver that
+     ran between the deliveries around the gap, one per unseen delivery, and a
+     killed receiver explains at most as many unseen deliveries (of different
+     messages) as it could take (`receive -n N`: N; `q work -j N`: N; a
+     command: 1). A process that died of a signal nobody logged sending is a
+     crash of q, never an excuse. With --clock-steps, a delivery that came back
+     with no outcome is excused only when it came at most the largest step
+     before its lease ended;
   5. the queue is empty after the drain (visible, in flight, delayed all 0),
      its dead count matches the dead letters listed, nothing expired; no
-     message is both acked (exit 0) and dead-lettered, none acked twice;
+     message is both acked (exit 0) and dead-lettered, none acked twice (a
+     `q work` run that exited 0 counts as an ack unless its q work was killed
+     before it could ack); an ack answered "stale" came after the lease ended
+     (by q's clock, within the largest step with --clock-steps) or after a
+     later delivery of its message;
   6. no command exited with a code the scenario did not allow;
   7. q work --to (when the log has stage_out): every output on DST was written
      by a run of its message that exited 0, no message has two outputs, none
@@ -66,6 +76,11 @@ import sys
 # Checker.killed(): only a logged kill is an excuse.
 SIGNALLED = lambda rc: rc is not None and (rc >= 128 or rc < 0)
 
+# A q work killed just after it started a command, before the command logged
+# work_begin, still ends that delivery's lease: its kill may come this long
+# (us) before the work_begin record.
+FORK_SLACK_US = 1_000_000
+
 DEFAULT_ALLOWED = {
     "send": {0},
     "receive": {0, 1},
@@ -80,8 +95,26 @@ def kill_kind(what):
     (a q work), "command" (a command q work runs) or "q" (any other q command)."""
     words = what.split()
     if words and os.path.basename(words[0]) == "q":
-        return "work" if len(words) > 1 and words[1] == "work" else "q"
+        # The command is the first word that is no global option or its value
+        # (q --lock-timeout 5s work ...).
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            rest = rest[2:] if "=" not in rest[0] else rest[1:]
+        return "work" if rest and rest[0] == "work" else "q"
     return "command"
+
+
+def work_jobs(what):
+    """How many messages a killed `q work` could hold: its -j (1 when not shown)."""
+    words = what.split()
+    for i, w in enumerate(words):
+        if w in ("-j", "--jobs") and i + 1 < len(words) and words[i + 1].isdigit():
+            return int(words[i + 1])
+        if w.startswith("--jobs=") and w[7:].isdigit():
+            return int(w[7:])
+        if w.startswith("-j") and w[2:].isdigit():
+            return int(w[2:])
+    return 1
 
 
 def parse_time_ms(text):
@@ -95,13 +128,16 @@ def parse_time_ms(text):
 
 class Delivery:
     __slots__ = ("id", "receipt", "count", "body", "recv_ms", "lease_end_ms", "t0", "t1",
-                 "source", "pid", "ppid", "outcome", "outcome_t", "nacked_t0", "extends")
+                 "source", "pid", "ppid", "outcome", "outcome_t", "nacked_t0", "extends",
+                 "stale_t1", "maybe_settled_t0")
 
     def __init__(self, **kw):
         self.outcome = None  # 'acked', 'stale', 'nacked', 'abandoned', 'ack-killed', 'work-ok', ...
         self.outcome_t = None
         self.nacked_t0 = None
         self.extends = []
+        self.stale_t1 = None          # end of the first ack answered "stale"
+        self.maybe_settled_t0 = None  # start of a killed ack or nack (it may have committed)
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -115,11 +151,18 @@ class Checker:
         self.allowed = {k: set(v) for k, v in DEFAULT_ALLOWED.items()}
         self.records = []
         self.stats = collections.Counter()
-        self.killed_pids = {}   # pid -> its kill record
+        self.kills = collections.defaultdict(list)   # pid -> times (us) of its kill records
+
+    def kill_between(self, pid, lo=None, hi=None):
+        """The killer logged a kill of pid at a time in [lo, hi] (None: unbounded)."""
+        return any((lo is None or t >= lo) and (hi is None or t <= hi)
+                   for t in self.kills.get(pid, ()))
 
     def killed(self, r):
-        """The operation of record r died of a signal that the killer logged sending."""
-        return SIGNALLED(r.get("rc")) and r.get("pid") in self.killed_pids
+        """The operation of record r died of a signal that the killer logged
+        sending while it ran."""
+        return (SIGNALLED(r.get("rc"))
+                and self.kill_between(r.get("pid"), r.get("t0"), r.get("t1")))
 
     def violation(self, kind, text):
         self.violations[kind].append(text)
@@ -158,7 +201,6 @@ class Checker:
         by_receipt = {}
         acks_ok = collections.Counter()            # id -> successful acks
         killed_receives = 0
-        killed_pids = {}
         final_stats = {}
         stage_out = None                           # q work --to: DST's messages at the end
         dead = {}                                  # id -> body
@@ -168,13 +210,13 @@ class Checker:
         recs = sorted(self.records, key=lambda r: (r.get("t0") or r.get("t1") or 0))
         for r in recs:
             if r.get("op") == "kill":
-                killed_pids[r["pid"]] = r
+                self.kills[r["pid"]].append(r["t0"])
                 self.stats["kills"] += 1
-        self.killed_pids = killed_pids
         work_begun_pids = {r.get("pid") for r in recs if r.get("op") == "work_begin"}
         # Killed processes that may have taken a delivery nobody logged (a
         # receive killed before its output was logged, a q work, a command of
-        # q work killed before it logged work_begin): (start us or None, end us).
+        # q work killed before it logged work_begin): (start us or None, end us,
+        # how many messages it could have taken).
         blind_receivers = []
         for r in recs:
             op = r.get("op")
@@ -188,13 +230,14 @@ class Checker:
                     self.violation("unexpected-exit",
                                    f"{op} pid {r.get('pid')} {how}: {r.get('err', '')[:300]}")
                 if op == "receive" and self.killed(r):
-                    blind_receivers.append((r.get("t0"), r.get("t1")))
+                    blind_receivers.append((r.get("t0"), r.get("t1"), int(r.get("n") or 1)))
             if op == "kill":
                 kind = kill_kind(r.get("what", ""))
                 if kind == "work":
                     work_kills += 1
-                if kind == "work" or (kind == "command" and r["pid"] not in work_begun_pids):
-                    blind_receivers.append((None, r.get("t0")))
+                    blind_receivers.append((None, r.get("t0"), work_jobs(r.get("what", ""))))
+                elif kind == "command" and r["pid"] not in work_begun_pids:
+                    blind_receivers.append((None, r.get("t0"), 1))
 
         for r in recs:
             op = r.get("op")
@@ -263,8 +306,12 @@ class Checker:
                         acks_ok[d.id] += 1
                     elif rc == 3:
                         d.outcome, d.outcome_t = "stale", r["t1"]
+                        if d.stale_t1 is None:
+                            d.stale_t1 = r["t1"]
                     elif self.killed(r):
                         d.outcome = d.outcome or "ack-killed"
+                        if d.maybe_settled_t0 is None:
+                            d.maybe_settled_t0 = r["t0"]
                     else:
                         d.outcome = d.outcome or f"ack-failed-{rc}"
             elif op == "extend":
@@ -287,6 +334,8 @@ class Checker:
                     d.nacked_t0 = d.nacked_t0 or r["t0"]   # it may have released it
                 elif rc == 3:
                     d.outcome = d.outcome or "stale"
+                    if d.stale_t1 is None:
+                        d.stale_t1 = r["t1"]
             elif op == "abandon":
                 d = by_receipt.get(r.get("receipt"))
                 if d is not None:
@@ -296,8 +345,6 @@ class Checker:
                 if d is not None:
                     d.outcome = "work-ok" if r.get("rc") == 0 else f"work-exit-{r.get('rc')}"
                     d.outcome_t = r.get("t1")
-                    if r.get("rc") == 0:
-                        acks_ok[d.id] += 0  # settled by q work's ack (checked below)
 
         for ds in deliveries.values():
             for d in ds:
@@ -307,6 +354,28 @@ class Checker:
                     d.lease_end_ms = until if rc == 0 else None
                     if d.lease_end_ms is None:
                         break  # unknown from here on
+
+        # ---- "stale" only once the lease is over ------------------------------------
+        # (or once a later delivery superseded it: whether that one came too
+        # early is the lease-overlap rule's to judge)
+        for ds in deliveries.values():
+            for d in ds:
+                if d.stale_t1 is None or d.lease_end_ms is None:
+                    continue
+                if any(x.count > d.count and x.t0 < d.stale_t1 for x in ds):
+                    continue
+                if d.nacked_t0 is not None and d.nacked_t0 < d.stale_t1:
+                    continue  # released by a nack first
+                if d.maybe_settled_t0 is not None and d.maybe_settled_t0 < d.stale_t1:
+                    continue  # a killed ack before it may have settled it
+                # The ack was over (real time) before the lease ended (q's clock);
+                # a clock stepped ahead by up to the largest step may end it early.
+                early = d.lease_end_ms - d.stale_t1 / 1000.0 - self.clock_step_ms
+                if early > 1:
+                    self.violation("stale-while-leased",
+                                   f"{d.id}: an ack or nack of receipt {d.receipt} was answered "
+                                   f"stale by {d.stale_t1 / 1000.0:.0f} ms (real), while its lease "
+                                   f"ran until {d.lease_end_ms}")
 
         # ---- 2. nothing invented; one body, one id ----------------------------------
         delivered_bodies = {}
@@ -331,10 +400,10 @@ class Checker:
 
         # ---- 3 + 4. leases and duplicates -----------------------------------------
         dup = collections.Counter()
+        gaps = []   # (id, delivery before, delivery after, unseen, candidate receivers)
         for mid, ds in deliveries.items():
             ds.sort(key=lambda d: (d.count, d.t0))
             prev_count = 0
-            used_receivers = set()   # one killed receiver explains one unseen delivery of a message
             for k, d in enumerate(ds):
                 if d.count <= prev_count:
                     if d.count == prev_count and k > 0:
@@ -345,19 +414,10 @@ class Checker:
                     # Deliveries we never saw: each needs its own killed receiver
                     # that ran between the deliveries around the gap.
                     after_t = ds[k - 1].t0 if k > 0 else None
-                    found = [i for i, (start, end) in enumerate(blind_receivers)
-                             if i not in used_receivers
-                             and (after_t is None or end is None or end > after_t)
+                    found = [i for i, (start, end, _) in enumerate(blind_receivers)
+                             if (after_t is None or end is None or end > after_t)
                              and (start is None or start < d.t1)]
-                    if len(found) >= gap:
-                        used_receivers.update(found[:gap])
-                        dup["crash (unseen delivery, its receiver killed)"] += gap
-                    else:
-                        self.violation("unexplained-duplicate",
-                                       f"{mid}: deliveries {prev_count + 1}..{d.count - 1} were never "
-                                       f"seen, and {len(found)} receiver(s) killed between "
-                                       f"delivery {prev_count} and {d.count} explain at most "
-                                       f"{len(found)} of them")
+                    gaps.append((mid, prev_count, d.count, gap, found))
                 prev_count = d.count
                 if k == 0:
                     continue
@@ -371,6 +431,19 @@ class Checker:
                     continue
                 # Leases must not overlap.
                 released = p.outcome == "nacked" or p.nacked_t0 is not None
+                # The latest real time the new delivery can have happened: its
+                # receive's end, or when its q work's command began.
+                d_by = d.t1 if d.source == "receive" else d.t0
+                if (not released and p.source == "work" and p.outcome_t is not None
+                        and not self.clock_steps and d_by < p.outcome_t
+                        and not self.kill_between(p.ppid, p.t0 - FORK_SLACK_US, d_by)):
+                    # q work's heartbeat holds the lease while its command runs;
+                    # only the death of that q work ends it before.
+                    self.violation("lease-overlap",
+                                   f"{mid}: delivery {d.count} ({d.source}, pid {d.pid}) came by "
+                                   f"{d_by / 1000.0:.0f} ms (real) while delivery {p.count}'s "
+                                   f"command (pid {p.pid}, q work pid {p.ppid}) ran until "
+                                   f"{p.outcome_t / 1000.0:.0f} ms, its q work not killed")
                 if not released:
                     if p.lease_end_ms is not None and d.recv_ms is not None:
                         # q hands a message out only once its lease has ended by the
@@ -406,7 +479,8 @@ class Checker:
                 elif p.source == "work":
                     # Handler killed, or q work killed (before or after its ack):
                     # only a logged kill of that q work or that command excuses it.
-                    if p.ppid in killed_pids or p.pid in killed_pids:
+                    if (self.kill_between(p.ppid, p.t0 - FORK_SLACK_US, d_by)
+                            or self.kill_between(p.pid, p.t0, d_by)):
                         dup["crash (q work or its command killed)"] += 1
                     else:
                         self.violation("unexplained-duplicate",
@@ -414,9 +488,10 @@ class Checker:
                                        f"(command pid {p.pid}, outcome {p.outcome}); neither was "
                                        f"killed, yet it came back (delivery {d.count})")
                 elif p.outcome is None:
-                    if p.pid in killed_pids:
+                    if self.kill_between(p.pid, p.t0, d_by):
                         dup["crash (receive killed after printing)"] += 1
-                    elif self.clock_steps:
+                    elif (self.clock_steps and p.lease_end_ms is not None and d.recv_ms is not None
+                          and p.lease_end_ms - d.recv_ms <= self.clock_step_ms):
                         dup["clock step forward"] += 1
                     else:
                         self.violation("unexplained-duplicate",
@@ -425,6 +500,21 @@ class Checker:
                 else:
                     self.violation("unexplained-duplicate",
                                    f"{mid}: delivery {p.count} ended as {p.outcome}, then came back")
+
+        self.match_gaps(gaps, blind_receivers, dup)
+
+        # A q work run that exited 0 is acked by its q work, unless that q work
+        # was killed before it could ack (before the message came back), or its
+        # command was, between its work_end record and its exit.
+        for mid, ds in deliveries.items():
+            for k, d in enumerate(ds):
+                if d.outcome != "work-ok":
+                    continue
+                nxt = ds[k + 1] if k + 1 < len(ds) else None
+                until = None if nxt is None else (nxt.t1 if nxt.source == "receive" else nxt.t0)
+                if not (self.kill_between(d.ppid, d.t0 - FORK_SLACK_US, until)
+                        or self.kill_between(d.pid, d.t0, until)):
+                    acks_ok[mid] += 1
 
         # ---- 1. nothing lost -----------------------------------------------------
         settled = set(dead)
@@ -484,6 +574,48 @@ class Checker:
         s["killed_receives"] = killed_receives
         self.dup_reasons = dup
         self.rc_count = rc_count
+
+    def match_gaps(self, gaps, receivers, dup):
+        """Each unseen delivery needs its own killed receiver among its candidates;
+        a receiver explains at most as many as it could take, each of another
+        message (a bipartite matching, by augmenting paths)."""
+        units = []  # (gap index, candidates)
+        for gi, (mid, _, _, n, found) in enumerate(gaps):
+            units += [(gi, found)] * n
+        load = collections.defaultdict(list)   # receiver -> units assigned to it
+
+        def assign(u, seen):
+            gi, cands = units[u]
+            for rcv in cands:
+                if rcv in seen or any(units[v][0] == gi or gaps[units[v][0]][0] == gaps[gi][0]
+                                      for v in load[rcv]):
+                    continue
+                seen.add(rcv)
+                if len(load[rcv]) < receivers[rcv][2]:
+                    load[rcv].append(u)
+                    return True
+                for v in list(load[rcv]):
+                    load[rcv].remove(v)
+                    load[rcv].append(u)
+                    if assign(v, seen):
+                        return True
+                    load[rcv].remove(u)
+                    load[rcv].append(v)
+            return False
+
+        explained = collections.Counter()
+        for u in range(len(units)):
+            if assign(u, set()):
+                explained[units[u][0]] += 1
+        for gi, (mid, before, after, n, found) in enumerate(gaps):
+            if explained[gi] >= n:
+                dup["crash (unseen delivery, its receiver killed)"] += n
+            else:
+                self.violation("unexplained-duplicate",
+                               f"{mid}: deliveries {before + 1}..{after - 1} were never seen, and "
+                               f"the {len(found)} receiver(s) killed between delivery {before} and "
+                               f"{after} explain only {explained[gi]} of them (each explains one "
+                               f"message per message it could take)")
 
     # ---- 7. q work --to: output exactly once per ack, never without it --------------
     def check_stage(self, outputs, deliveries, by_receipt, dead, sends_ok):

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """The checker catches what it must: each planted fault in a small synthetic
 log must be reported as its violation, and the clean log must pass."""
-import json, os, subprocess, sys, tempfile
+import contextlib, importlib.util, io, json, os, subprocess, sys, tempfile
 
-CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checker.py")
+# CHECKER_PY: another checker.py to judge (a mutated copy, to see this test fail).
+CHECKER = os.environ.get("CHECKER_PY") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "checker.py")
+_spec = importlib.util.spec_from_file_location("checker", CHECKER)
+checker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(checker)
 T0 = 1_800_000_000_000  # ms
 
 
@@ -46,20 +51,47 @@ def work_end(mid, count, at, rc=0, pid=40, ppid=30):
             "t1": at * 1000, "rc": rc}
 
 
-def killed_recv(pid, at):
-    """A receive killed before its output was logged (exit 137)."""
-    return {"op": "receive", "q": "t", "pid": pid, "t0": at * 1000, "t1": (at + 5) * 1000,
-            "rc": 137}
-
-
 def dead_letter(mid, body, count=1):
     return {"id": mid, "body": body, "receive_count": count}
 
 
-def final(dead=(), visible=0):
-    return [{"op": "dlq", "q": "t", "out": list(dead)},
-            {"op": "final_stats", "q": "t", "out": {"visible": visible, "in_flight": 0, "delayed": 0,
-                                                    "dead": len(dead), "expired": 0}}]
+def killed_recv(pid, at, n=None):
+    """A receive (-n N) killed before its output was logged (exit 137)."""
+    r = {"op": "receive", "q": "t", "pid": pid, "t0": at * 1000, "t1": (at + 5) * 1000, "rc": 137}
+    if n is not None:
+        r["n"] = n
+    return r
+
+
+def final(dead=(), visible=0, sent=None, expired=0, dead_count=None, in_flight=0):
+    stats = {"visible": visible, "in_flight": in_flight, "delayed": 0,
+             "dead": len(dead) if dead_count is None else dead_count, "expired": expired}
+    if sent is not None:
+        stats["sent"] = sent
+    return [{"op": "dlq", "q": "t", "out": list(dead)}, {"op": "final_stats", "q": "t", "out": stats}]
+
+
+def abandon(mid, count, at):
+    return {"op": "abandon", "receipt": f"{mid}.{count:016x}", "t0": at * 1000}
+
+
+def gap(mid, body, kill_at, n=None):
+    """m's delivery 2 never seen; a receive (pid 8, -n N) killed at kill_at."""
+    return [send(body, mid, T0), recv(mid, body, 1, T0 + 10), abandon(mid, 1, T0 + 15),
+            killed_recv(8, kill_at, n), kill(8, kill_at + 4),
+            recv(mid, body, 3, T0 + 3000, pid=5), ack(mid, 3, T0 + 3010)]
+
+
+def two_runs(kill_at=None, runs_at=(10, 20)):
+    """Two q works (pids 30, 31) run m1 at once, both exit 0; q work 30 killed at kill_at."""
+    a, b = runs_at
+    recs = [send("a", "m1", T0), work_begin("m1", "a", 1, T0 + a, pid=40, ppid=30),
+            work_begin("m1", "a", 2, T0 + b, pid=41, ppid=31),
+            work_end("m1", 2, T0 + b + 100, pid=41, ppid=31),
+            work_end("m1", 1, T0 + b + 200, pid=40, ppid=30)]
+    if kill_at is not None:
+        recs.append(kill(30, kill_at, "/build/q work t -j 1 -q"))
+    return recs + final()
 
 
 def clean():
@@ -156,28 +188,195 @@ CASES = {
     "stage-output-missing": (staged(stage_out()), "stage-output-missing"),
     "stage-output-twice": (staged(stage_out(("m1", 1), ("m1", 1))), "stage-output-twice"),
     "stage-output-without-ack": (staged(stage_out(("m1", 1), ("m2", 1))), "stage-without-success"),
+    "stage-output-and-dead": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
+                               work_end("m1", 1, T0 + 20, rc=65), stage_out(("m1", 1))]
+                              + final(dead=[dead_letter("m1", "a")]), "stage-output-and-dead"),
+    "stage-output-and-ack": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
+                              stage_out(("m1", 1))] + final(), "stage-output-and-ack"),
+    "stage-bad-output": (staged({"op": "stage_out", "q": "t.out",
+                                 "out": [{"id": "o1", "body": "m1 m1.0000000000000001 x"}]}),
+                         "stage-bad-output"),
+    # ---- the end state ----
+    "expired": (clean()[:-2] + final(expired=1), "expired"),
+    "dead-count": (clean()[:-2] + final(dead_count=2), "dead-count"),
+    "in-flight-after-drain": (clean()[:-2] + final(in_flight=1), "not-drained"),
+    "sent-counter-clean": (clean()[:-2] + final(sent=2), None),
+    "sent-counter-low": (clean()[:-2] + final(sent=1), "sent-counter"),
+    "sent-counter-high": (clean()[:-2] + final(sent=3), "sent-counter"),
+    "no-final-state": (clean()[:-2], "no-final-state"),
+    "same-count": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), abandon("m1", 1, T0 + 15),
+                    recv("m1", "a", 1, T0 + 3000, pid=5), ack("m1", 1, T0 + 3010)] + final(),
+                   "same-count"),
+    "wrong-id": ([send("a", "m1", T0), recv("m2", "a", 1, T0 + 10), ack("m2", 1, T0 + 20)] + final(),
+                 "wrong-id"),
+    "double-ack": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), ack("m1", 1, T0 + 20),
+                    ack("m1", 1, T0 + 30)] + final(), "double-ack"),
+    "bad-log-ack-of-nothing": (clean() + [ack("m7", 1, T0 + 40)], "bad-log"),
+    "bad-send-output": (clean() + [{"op": "send", "q": "t", "pid": 1, "t0": T0 * 1000, "t1": T0 * 1000,
+                                    "rc": 0, "bodies": ["x", "y"], "out": []}], "bad-output"),
+    "unparseable-log": (clean() + ["{not json"], "unparseable-log"),
+    # ---- gap timing: the killed receiver ran between the deliveries around the gap ----
+    "gap-kill-after": (gap("m1", "a", T0 + 3100) + final(), "unexplained-duplicate"),
+    "gap-kill-between": (gap("m1", "a", T0 + 1500) + final(), None),
+    # One killed `receive -n 1` explains one unseen delivery, of one message...
+    "gap-one-kill-two-messages": (gap("m1", "a", T0 + 1500)
+                                  + gap("m2", "b", T0 + 1500)[:2] + gap("m2", "b", T0 + 1500)[2:3]
+                                  + gap("m2", "b", T0 + 1500)[5:] + final(), "unexplained-duplicate"),
+    # ... a killed `receive -n 2` one of each of two messages.
+    "gap-one-kill-n2-two-messages": (gap("m1", "a", T0 + 1500, n=2)
+                                     + gap("m2", "b", T0 + 1500)[:2] + gap("m2", "b", T0 + 1500)[2:3]
+                                     + gap("m2", "b", T0 + 1500)[5:] + final(), None),
+    # A killed q work -j 2 explains two, one -j 1 (with a global option first) one.
+    "gap-work-kill-j2": (gap("m1", "a", T0 + 1500)[:3] + [kill(31, T0 + 1500, "/b/q work t -j 2 -q")]
+                         + gap("m1", "a", T0 + 1500)[5:] + gap("m2", "b", T0 + 1500)[:3]
+                         + gap("m2", "b", T0 + 1500)[5:] + final(), None),
+    "gap-work-kill-j1": (gap("m1", "a", T0 + 1500)[:3] + [kill(31, T0 + 1500, "/b/q work t -j 1")]
+                         + gap("m1", "a", T0 + 1500)[5:] + gap("m2", "b", T0 + 1500)[:3]
+                         + gap("m2", "b", T0 + 1500)[5:] + final(), "unexplained-duplicate"),
+    # (a q work is one whatever global options come first)
+    "gap-work-kill-global-option": (gap("m1", "a", T0 + 1500)[:3]
+                                    + [kill(31, T0 + 1500, "/b/q --lock-timeout 5s work t")]
+                                    + gap("m1", "a", T0 + 1500)[5:] + final(), None),
+    # One receiver never took one message twice: a killed `receive -n 2` that ran
+    # across two gaps of one message explains only one of them.
+    "gap-one-kill-one-message-twice": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10), abandon("m1", 1, T0 + 15),
+                                        dict(killed_recv(8, T0 + 1500, n=2), t1=(T0 + 5000) * 1000),
+                                        kill(8, T0 + 4990),
+                                        recv("m1", "a", 3, T0 + 3000, pid=5), abandon("m1", 3, T0 + 3005),
+                                        recv("m1", "a", 5, T0 + 4500, pid=5), ack("m1", 5, T0 + 4510)]
+                                       + final(), "unexplained-duplicate"),
+    # A receiver whose clock ran ahead: q's times say the lease was over, the
+    # real times say its receive was over 5 s before the lease ended.
+    "lease-overlap-real-time": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=5000),
+                                 abandon("m1", 1, T0 + 15),
+                                 dict(recv("m1", "a", 2, T0 + 100, pid=5),
+                                      out=[dict(recv("m1", "a", 2, T0 + 100)["out"][0],
+                                                last_received_at=iso(T0 + 6000),
+                                                visible_until=iso(T0 + 7000))]),
+                                 ack("m1", 2, T0 + 200)] + final(), "lease-overlap"),
+    # A receipt a consumer received and some q work's command ran (a mixed-up
+    # log): no rule explains its redelivery.
+    "redelivery-after-odd-outcome": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                                      work_end("m1", 1, T0 + 20), recv("m1", "a", 2, T0 + 3000, pid=5),
+                                      ack("m1", 2, T0 + 3010)] + final(), "unexplained-duplicate"),
+    # ---- q work: two runs of one message at once ----
+    "work-two-runs-late-kill": (two_runs(kill_at=T0 + 10_000), "lease-overlap"),
+    "work-two-runs-no-kill": (two_runs(), "lease-overlap"),
+    "work-two-runs-acked-twice": (two_runs(kill_at=T0 + 10_000), "acked-twice"),
+    "work-two-runs-late-kill-unexplained": (two_runs(kill_at=T0 + 10_000), "unexplained-duplicate"),
+    # q work 30 killed before the second run: its lease was released, its ack never came.
+    "work-rerun-after-kill": (two_runs(kill_at=T0 + 15), None),
+    # Its command ended (exit 0), then q work 30 was killed before it acked: one ack.
+    "work-killed-before-ack": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10, pid=40, ppid=30),
+                                work_end("m1", 1, T0 + 20, pid=40, ppid=30),
+                                kill(30, T0 + 25, "/build/q work t -j 1"),
+                                work_begin("m1", "a", 2, T0 + 40, pid=41, ppid=31),
+                                work_end("m1", 2, T0 + 60, pid=41, ppid=31)] + final(), None),
+    # Its command logged work_end (exit 0), then was killed before it exited:
+    # q work released it, a second run settled it: one ack.
+    "work-command-killed-after-end": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10, pid=40, ppid=30),
+                                       work_end("m1", 1, T0 + 20, pid=40, ppid=30),
+                                       kill(40, T0 + 21, "bash handler.sh"),
+                                       work_begin("m1", "a", 2, T0 + 40, pid=41, ppid=30),
+                                       work_end("m1", 2, T0 + 60, pid=41, ppid=30)] + final(), None),
+    "work-redelivery-late-command-kill": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
+                                           recv("m1", "a", 2, T0 + 3000, pid=5),
+                                           kill(40, T0 + 4000, "bash handler.sh"),
+                                           ack("m1", 2, T0 + 3010)] + final(), "unexplained-duplicate"),
+    "redelivery-receiver-killed-late": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, pid=2),
+                                         recv("m1", "a", 2, T0 + 3000, pid=5), kill(2, T0 + 5000),
+                                         ack("m1", 2, T0 + 3010)] + final(), "unexplained-duplicate"),
+    # A killed op is excused only by a kill logged while it ran.
+    "ack-killed-kill-logged-later": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10),
+                                      dict(ack("m1", 1, T0 + 20, rc=137), pid=6), kill(6, T0 + 9000),
+                                      recv("m1", "a", 2, T0 + 3000, pid=5), ack("m1", 2, T0 + 3010)]
+                                     + final(), "unexpected-exit"),
+    # ---- stale only once the lease is over ----
+    "stale-while-leased": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=5000),
+                            ack("m1", 1, T0 + 20, rc=3, stale=["m1.0000000000000001"]),
+                            recv("m1", "a", 2, T0 + 6000, pid=5), ack("m1", 2, T0 + 6010)] + final(),
+                           "stale-while-leased"),
+    # A rogue clock took it early (the overlap): the holder's stale answer is right.
+    "stale-superseded": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=600_000),
+                                       dict(recv("m1", "a", 2, T0 + 100, pid=5),
+                                            out=[dict(recv("m1", "a", 2, T0 + 100)["out"][0],
+                                                      last_received_at=iso(T0 + 3_700_000),
+                                                      visible_until=iso(T0 + 3_701_000))]),
+                                       ack("m1", 2, T0 + 200),
+                                       ack("m1", 1, T0 + 300, rc=3, stale=["m1.0000000000000001"])]
+                                      + final(), "only:lease-overlap"),
+    "stale-after-lease": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=500),
+                           ack("m1", 1, T0 + 600, rc=3, stale=["m1.0000000000000001"]),
+                           recv("m1", "a", 2, T0 + 700, pid=5), ack("m1", 2, T0 + 710)] + final(), None),
     "stage-output-of-failed-run": ([send("a", "m1", T0), work_begin("m1", "a", 1, T0 + 10),
                                     work_end("m1", 1, T0 + 20, rc=1), work_begin("m1", "a", 2, T0 + 500),
                                     work_end("m1", 2, T0 + 520)] + [stage_out(("m1", 1))] + final(),
                                    "stage-without-success"),
 }
 
-failed = 0
-for name, (records, want) in CASES.items():
+# With --clock-steps 5: a delivery that came back with no outcome is excused only
+# by a step: when it came at most 5 s before the previous lease ended.
+STEPPED = {
+    "step-redelivery-within-step": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=6000),
+                                     recv("m1", "a", 2, T0 + 3000, pid=5), ack("m1", 2, T0 + 3010)]
+                                    + final(), None),
+    "step-redelivery-beyond-step": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=60_000),
+                                     recv("m1", "a", 2, T0 + 3000, pid=5), ack("m1", 2, T0 + 3010)]
+                                    + final(), "lease-overlap"),
+    "step-redelivery-beyond-step-unexplained": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10,
+                                                                            vt=60_000),
+                                                 recv("m1", "a", 2, T0 + 3000, pid=5),
+                                                 ack("m1", 2, T0 + 3010)] + final(),
+                                                "unexplained-duplicate"),
+    "step-stale-while-leased": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=60_000),
+                                 ack("m1", 1, T0 + 20, rc=3, stale=["m1.0000000000000001"]),
+                                 recv("m1", "a", 2, T0 + 61_000, pid=5), ack("m1", 2, T0 + 61_010)]
+                                + final(), "stale-while-leased"),
+    "step-stale-within-step": ([send("a", "m1", T0), recv("m1", "a", 1, T0 + 10, vt=3000),
+                                ack("m1", 1, T0 + 20, rc=3, stale=["m1.0000000000000001"]),
+                                recv("m1", "a", 2, T0 + 4000, pid=5), ack("m1", 2, T0 + 4010)]
+                               + final(), None),
+}
+CASES = {name: (recs, want, []) for name, (recs, want) in CASES.items()}
+CASES.update({name: (recs, want, ["--clock-steps", "5"]) for name, (recs, want) in STEPPED.items()})
+
+def judge(records, args):
+    """Run the checker on a log of records, in this process (fast): (exit, summary, stderr)."""
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "ops.jsonl"), "w") as f:
             for r in records:
-                f.write(json.dumps(r) + "\n")
-        p = subprocess.run([sys.executable, CHECKER, d, "--json", os.path.join(d, "s.json")],
-                           capture_output=True, text=True)
-        summary = json.load(open(os.path.join(d, "s.json")))
-        if want is None:
-            ok = p.returncode == 0
-        else:
-            ok = p.returncode == 1 and summary["violations"].get(want, 0) > 0
-        if not ok:
-            failed += 1
-            print(f"checker_selftest: {name}: expected {want or 'a pass'}, got exit {p.returncode} "
-                  f"{summary['violations']}\n{p.stderr}", file=sys.stderr)
-print(f"checker_selftest: {len(CASES) - failed} passed, {failed} failed")
+                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            c = checker.Checker(clock_steps=float(args[1]) if args else None)
+            c.load(d)
+            c.run()
+            summary = c.report(quiet=True)
+        return (0 if summary["ok"] else 1), summary, err.getvalue()
+
+
+failed = 0
+for name, (records, want, args) in CASES.items():
+    rc, summary, stderr = judge(records, args)
+    if want is None:
+        ok = rc == 0
+    elif want.startswith("only:"):
+        ok = rc == 1 and set(summary["violations"]) == {want[5:]}
+    else:
+        ok = rc == 1 and summary["violations"].get(want, 0) > 0
+    if not ok:
+        failed += 1
+        print(f"checker_selftest: {name}: expected {want or 'a pass'}, got exit {rc} "
+              f"{summary['violations']}\n{stderr}", file=sys.stderr)
+# The command line too: its exit status and --json summary.
+with tempfile.TemporaryDirectory() as d:
+    with open(os.path.join(d, "ops.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in CASES["lost"][0])
+    p = subprocess.run([sys.executable, CHECKER, d, "--json", os.path.join(d, "s.json")],
+                       capture_output=True, text=True)
+    if p.returncode != 1 or json.load(open(os.path.join(d, "s.json")))["violations"].get("lost") != 1:
+        failed += 1
+        print(f"checker_selftest: checker.py on a lost message exited {p.returncode}: {p.stderr}",
+              file=sys.stderr)
+print(f"checker_selftest: {len(CASES) + 1 - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

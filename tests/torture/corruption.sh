@@ -99,6 +99,7 @@ if [[ $part == all || $part == foreign ]]; then  # Files that are not q's: every
   if command -v sqlite3 >/dev/null; then
     sqlite3 "$T/foreign/sqlite" 'create table t(x); insert into t values (1);'
   else
+    require_all && fail "sqlite3 is missing (Debian: sqlite3; scripts/bootstrap installs it)"
     { printf 'SQLite format 3\0'; head -c 4080 /dev/zero; } >"$T/foreign/sqlite"
   fi
   # An LMDB file, but not q's (mdb_load makes one from a dump).
@@ -119,7 +120,11 @@ if [[ $part == all || $part == foreign ]]; then  # Files that are not q's: every
   run_all "$T/dir.q" "a directory" "74"
   grep -q "directory" "$T/err" || fail "a directory: the message does not say so: $(<"$T/err")"
   # Permission: as an unprivileged user (root reads anything).
-  if command -v setpriv >/dev/null && [[ $(id -u) == 0 ]]; then
+  if [[ $(id -u) != 0 ]]; then
+    skip_part "not root: the permission (77) case did not run"
+  elif ! command -v setpriv >/dev/null; then
+    missing_part "setpriv (Debian: util-linux): the permission (77) case did not run"
+  else
     chmod 755 "$T"
     for mode in 000 444; do
       W=$T/perm-$mode.q; cp "$BASE" "$W"; chmod "$mode" "$W"
@@ -128,8 +133,6 @@ if [[ $part == all || $part == foreign ]]; then  # Files that are not q's: every
       [[ $rc == 77 ]] || fail "a file with mode $mode, as another user: exit $rc, expected 77: $(<"$T/err")"
       grep -qi "permission denied" "$T/err" || fail "mode $mode: the message does not say permission denied: $(<"$T/err")"
     done
-  else
-    skip_part "not root, or no setpriv (util-linux): the permission (77) case did not run"
   fi
   echo "corruption (foreign): $COMMANDS_RUN commands on foreign, empty, directory and unreadable files"
 fi

@@ -202,7 +202,7 @@ consumer() {
     vt=${VT_CHOICES[RANDOM % ${#VT_CHOICES[@]}]}
     qrun receive "$QUEUE" -n "$n" --json --visibility-timeout "$vt" --wait "$RECEIVE_WAIT"
     if ((RC != 0)); then
-      qlog "$log" receive
+      qlog "$log" receive ",\"n\":$n"
       continue
     fi
     qlog "$log" receive ",\"out\":$(json_lines_array "$QO")"
@@ -318,7 +318,7 @@ _victims() {
 # every few ms (up to 100 ms).
 killer() {
   local seconds=$1 min=$2 max=$3 log=$L/killer.jsonl
-  local end=$((SECONDS + seconds)) pid what tries
+  local end=$((SECONDS + seconds)) pid what tries t
   seed_random 3000
   while ((SECONDS < end)); do
     sleep_ms $((min + RANDOM % (max - min + 1)))
@@ -328,10 +328,13 @@ killer() {
       pid=${VICTIMS[RANDOM % ${#VICTIMS[@]}]}
       local args=()
       mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || continue
-      what="${args[*]:0:4}"
+      what="${args[*]:0:8}"
       [[ -n $what ]] || continue
+      # The time just before the signal: the checker excuses only what
+      # happened after it, so it must not be late (no fork in between).
+      t=${EPOCHREALTIME/./}
       if kill -KILL "$pid" 2>/dev/null; then
-        printf '{"op":"kill","pid":%s,"t0":%s,"what":%s}\n' "$pid" "$(us)" "$(json_str "$what")" >>"$log"
+        printf '{"op":"kill","pid":%s,"t0":%s,"what":%s}\n' "$pid" "$t" "$(json_str "$what")" >>"$log"
         break
       fi
     done

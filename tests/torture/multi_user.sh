@@ -8,7 +8,7 @@
 # group 40000; no accounts needed); the test needs root for that.
 source "$(dirname "$0")/lib.sh" "$@"
 [[ $(id -u) == 0 ]] || skip "multi_user needs uid 0 (to act as two users with setpriv); run it as root"
-command -v setpriv >/dev/null || skip "setpriv is required (Debian: util-linux)"
+command -v setpriv >/dev/null || missing "setpriv is required (Debian: util-linux)"
 
 G=40000
 as_a() { setpriv --reuid=40001 --regid=$G --groups=$G "$@"; }
