@@ -76,14 +76,22 @@ Millis backoff_delay(Millis base, Millis cap, std::uint32_t receive_count, doubl
 
 // ---- Broker: the rules, then the backend -------------------------------------
 
+QueueConfig Broker::default_config() {
+  QueueConfig config;
+  config.max_size = std::min(config.max_size, do_capabilities().max_size);
+  return config;
+}
+
 bool Broker::create_queue(const std::string& queue, const ConfigChange& change) {
   check_queue_name(queue);
   validate(apply(QueueConfig{}, change));
+  check_capabilities(do_capabilities(), change);
   return do_create_queue(queue, change);
 }
 
 QueueConfig Broker::configure(const std::string& queue, const ConfigChange& change) {
   check_queue_name(queue);
+  check_capabilities(do_capabilities(), change);
   return do_configure(queue, change);
 }
 

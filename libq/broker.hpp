@@ -36,13 +36,17 @@ constexpr std::uint64_t kMaxMaxDepth = 1'000'000'000'000'000;
 // interval between starts (1/rate) would not fit the clock's numbers.
 constexpr double kMinRate = 1.0 / (365.0 * 24 * 3600);
 
+// The default max size of a queue's messages (body bytes), where the backend
+// can hold it (Capabilities::max_size).
+constexpr std::uint32_t kDefaultMaxSize = 1024 * 1024;
+
 struct QueueConfig {
   Millis visibility_timeout = 30 * kSecond;
   std::uint32_t max_receives = 5;  // 0: never dead-letter
   Millis retention = 4 * kDay;
   Millis delay = 0;
-  std::uint64_t max_depth = 0;           // 0: unlimited
-  std::uint32_t max_size = 1024 * 1024;  // body bytes
+  std::uint64_t max_depth = 0;               // 0: unlimited
+  std::uint32_t max_size = kDefaultMaxSize;  // body bytes
   Millis dedup_window = 5 * kMinute;
   // Messages per second that all rate-limited consumers together may start
   // (`q work`); 0: no limit.
@@ -272,9 +276,25 @@ class ChangeWatch {
   virtual void drain() = 0;    // call when fd() was readable
 };
 
+// What a backend can store, for the rules above it (Broker::create_queue,
+// configure).
+struct Capabilities {
+  // The largest max_size a queue may have here: a body of that size, with
+  // attributes at their limits, can be sent, received and dead-lettered.
+  std::uint32_t max_size = kMaxMaxSize;
+  // Where that limit comes from and how to raise it, for the refusal of a
+  // larger max_size (empty: kMaxMaxSize, q's own limit).
+  std::string max_size_source;
+};
+
 class Broker {
  public:
   virtual ~Broker() = default;
+
+  Capabilities capabilities() { return do_capabilities(); }
+  // The settings of a queue made without any: QueueConfig's, with the
+  // max size lowered to what the backend can hold.
+  QueueConfig default_config();
 
   // Creates the queue; an existing queue is fine when `change` agrees with it.
   // Returns true when the queue was created.
@@ -365,6 +385,9 @@ class Broker {
  protected:
   // The backend's part, called with a request that passed the rules
   // (rules.hpp); the public method of the same name says what each does.
+  // A backend creating a queue (also for send --create and import --create)
+  // starts from default_config().
+  virtual Capabilities do_capabilities() { return {}; }
   virtual bool do_create_queue(const std::string& queue, const ConfigChange& change) = 0;
   virtual QueueConfig do_configure(const std::string& queue, const ConfigChange& change) = 0;
   virtual RemovedCounts do_delete_queue(const std::string& queue) = 0;

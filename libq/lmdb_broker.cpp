@@ -85,9 +85,11 @@ QueueConfig LmdbBroker::do_configure(const std::string& queue, const ConfigChang
   check_kind_kept(queue, view.rec.config, change);
   QueueConfig config = apply(view.rec.config, change);
   validate(config);
-  // The shared rate state belongs to the old rate: an hour's wait earned at
-  // 1/h must not hold back starts at 100/s.
-  if (config.rate != view.rec.config.rate) view.rec.rate_tat_us = 0;
+  // The shared budget was earned at the old rate: what it is worth at the
+  // new one is shared_rate's rule (rate_limiter.hpp), as on every backend.
+  view.rec.rate_tat_us = static_cast<std::int64_t>(
+      shared_rate(config.rate, {view.rec.config.rate, static_cast<double>(view.rec.rate_tat_us)})
+          .tat_us());
   view.rec.config = config;
   view.save();
   txn.commit();

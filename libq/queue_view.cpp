@@ -181,8 +181,9 @@ void QueueView::maintain() {
 }
 
 RateLimiter QueueView::rate_limiter() const {
-  return RateLimiter(rec.config.rate, std::floor(rec.config.rate / 10),
-                     static_cast<double>(rec.rate_tat_us));
+  // The record's budget is always of the record's rate (do_configure
+  // carries it over a change through shared_rate).
+  return shared_rate(rec.config.rate, {rec.config.rate, static_cast<double>(rec.rate_tat_us)});
 }
 
 void QueueView::rate_take(std::uint64_t starts) {

@@ -43,4 +43,8 @@ Millis RateLimiter::ready_at(Millis now) const {
   return static_cast<Millis>(std::ceil((tat_at(now) - tolerance_us_) / 1000));
 }
 
+RateLimiter shared_rate(double rate, const SharedRate& kept) {
+  return RateLimiter(rate, std::floor(rate / 10), kept.rate == rate ? kept.tat_us : 0);
+}
+
 }  // namespace q

@@ -37,6 +37,11 @@ class RateLimiter {
 
   double tat_us() const { return tat_us_; }
 
+  // Gives back `starts` taken and not used (a pull that delivered fewer).
+  void give_back(std::uint64_t starts) {
+    if (limited()) tat_us_ -= interval_us_ * static_cast<double>(starts);
+  }
+
  private:
   double tat_at(Millis now) const;
 
@@ -44,5 +49,22 @@ class RateLimiter {
   double tolerance_us_ = 0;
   double tat_us_ = 0;
 };
+
+// A queue's shared budget (QueueConfig::rate) as a backend keeps it: the
+// arrival time and the rate it was earned at. Every consumer of the queue, on
+// any host, takes from it.
+struct SharedRate {
+  double rate = 0;
+  double tat_us = 0;
+};
+
+// The limiter of a queue's shared rate: one start every 1/rate seconds and a
+// burst of a tenth of a second's worth, so fast queues need not take one
+// message per transaction. The rules every backend gets from here: a budget
+// earned at another rate counts for nothing (`q config --rate`: an hour's
+// wait earned at 1/h must not hold back starts at 200/s), and one further
+// ahead than a burst and an interval is pulled back (settle) by the next
+// consumer that writes it.
+RateLimiter shared_rate(double rate, const SharedRate& kept);
 
 }  // namespace q

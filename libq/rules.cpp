@@ -104,6 +104,13 @@ void check_agrees(const std::string& queue, const QueueConfig& have, const Confi
   differs("content_dedup", change.content_dedup, have.content_dedup, flag);
 }
 
+void check_capabilities(const Capabilities& can, const ConfigChange& change) {
+  if (change.max_size && *change.max_size > can.max_size)
+    refuse(ErrorKind::Usage, "max_size",
+           fmt::format("max_size {}: over the {} bytes this backend can hold{}{}", *change.max_size,
+                       can.max_size, can.max_size_source.empty() ? "" : ": ", can.max_size_source));
+}
+
 void check_kind_kept(const std::string& queue, const QueueConfig& have,
                      const ConfigChange& change) {
   if (change.fifo && *change.fifo != have.fifo)

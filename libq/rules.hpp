@@ -31,6 +31,10 @@ void validate(const QueueConfig& config);
 // A create naming settings of an existing queue: each must agree with `have`.
 // Throws Error(Usage, Remedy::ChangeConfig) naming the first that does not.
 void check_agrees(const std::string& queue, const QueueConfig& have, const ConfigChange& change);
+// The settings a create or config names must fit what the backend can store:
+// a max_size over Capabilities::max_size is refused (Error(Usage) naming
+// max_size, the backend's limit and where it comes from).
+void check_capabilities(const Capabilities& can, const ConfigChange& change);
 // A queue's kind (FIFO or standard) is fixed when it is created.
 void check_kind_kept(const std::string& queue, const QueueConfig& have, const ConfigChange& change);
 

@@ -72,3 +72,27 @@ TEST(RateLimiter, ReadyAtRoundsUpToTheMillisecond) {
   rate.take(clock.now());
   EXPECT_EQ(rate.ready_at(clock.now()), clock.now() + 334);
 }
+
+// Issue 23 item 4: the shared budget's rules live above the backends. A
+// budget earned at another rate counts for nothing (1/h, then 200/s: the
+// hour's wait is gone), and one stored far ahead is pulled back to at most a
+// burst and an interval, so a consumer whose clock ran ahead cannot hold the
+// others back.
+TEST(SharedRate, ABudgetOfAnotherRateIsVoidAndAFutureIsPulledBack) {
+  FakeClock clock;
+  RateLimiter slow = shared_rate(1.0 / 3600, {});
+  ASSERT_EQ(slow.allows(clock.now()), 1u);
+  slow.take(clock.now());
+  const SharedRate kept{1.0 / 3600, slow.tat_us()};
+  EXPECT_EQ(shared_rate(1.0 / 3600, kept).allows(clock.now()), 0u) << "same rate: the wait stands";
+  RateLimiter fast = shared_rate(200, kept);
+  EXPECT_EQ(fast.allows(clock.now()), 21u) << "200/s: one and a burst of 20, not an hour's wait";
+
+  // A budget at the same rate stored a day ahead: settled, it waits at most
+  // the burst and an interval (5 ms at 200/s) after the burst is used.
+  RateLimiter ahead = shared_rate(200, {200, static_cast<double>(clock.now() + kDay) * 1000});
+  ahead.settle(clock.now());
+  EXPECT_LE(ahead.ready_at(clock.now()), clock.now() + 5);
+  clock.advance(5);
+  EXPECT_GE(ahead.allows(clock.now()), 1u);
+}

@@ -76,7 +76,7 @@ class NatsBroker final : public Broker {
   // ---- queues ---------------------------------------------------------------
 
   bool do_create_queue(const std::string& queue, const ConfigChange& change) override {
-    QueueConfig config = apply(QueueConfig{}, change);
+    QueueConfig config = apply(default_config(), change);
     for (int attempt = 0; attempt < 5; ++attempt) {
       if (auto have = load(queue)) {
         check_agrees(queue, have->config, change);
@@ -166,18 +166,27 @@ class NatsBroker final : public Broker {
         if (m.dedup_id.empty()) m.dedup_id = sha256_hex(m.body);
     Millis now = clock_->now();
     Millis visible_at = nats::send_visible_at(queue, config, options, now);
+    // Headers (attributes, ids) travel in the same NATS message as the body,
+    // at most 64 KiB of them (JetStream's limit), and the dead-letter copy
+    // adds more: attributes get what is left, and a queue whose max size
+    // predates the cluster's limit (Capabilities) is held to what fits.
     std::size_t max_payload = static_cast<std::size_t>(natsConnection_GetMaxPayload(client_.nc()));
     std::size_t index = 0;
     for (const auto& m : messages) {
       ++index;
-      // Headers (attributes, ids) travel in the same NATS message as the body.
-      if (m.body.size() + 1024 + nats::Publisher::attributes_json(m.attributes).size() >
-          max_payload)
+      std::size_t attrs = nats::Publisher::attributes_json(m.attributes).size();
+      if (attrs > nats::kMaxAttributesJson)
         throw Error(ErrorKind::InvalidData,
-                    fmt::format("queue {}: message {} is {} bytes, over what the NATS servers "
-                                "take in one message ({} bytes with q's headers; their "
-                                "max_payload); nothing was sent",
-                                queue, index, m.body.size(), max_payload));
+                    fmt::format("queue {}: message {}: its attributes take {} bytes as JSON, over "
+                                "the {} a NATS cluster carries (JetStream's 64 KiB of headers, "
+                                "less q's own); nothing was sent",
+                                queue, index, attrs, nats::kMaxAttributesJson));
+      if (m.body.size() + nats::kMessageReserve > max_payload)
+        throw Error(ErrorKind::InvalidData,
+                    fmt::format("queue {}: message {} is {} bytes, over what the cluster holds "
+                                "(max_payload {} bytes, less {} for q's headers); nothing was "
+                                "sent",
+                                queue, index, m.body.size(), max_payload, nats::kMessageReserve));
     }
     if (config.max_depth != 0) {
       std::uint64_t depth = stream_state(queue).Msgs;
@@ -215,6 +224,7 @@ class NatsBroker final : public Broker {
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
+    std::optional<Error> failure;
     int rounds = 0;
     auto start = std::chrono::steady_clock::now();
     auto left = [&] {
@@ -248,7 +258,21 @@ class NatsBroker final : public Broker {
       auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0));
       std::size_t passed = 0;
       for (auto& msg : batch) {
-        if (auto m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives))
+        std::optional<Message> m;
+        try {
+          m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives);
+        } catch (const Error& e) {
+          // One message that cannot be taken or moved (its dead-letter copy
+          // refused) must not fail the receive of the others: it waits a
+          // visibility timeout, and the error is reported only when nothing
+          // else was received.
+          if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Permission) throw;
+          if (!failure) failure = e;
+          if (const char* reply = natsMsg_GetReply(msg.get())) leases_.rearm(reply, vt);
+          ++passed;
+          continue;
+        }
+        if (m)
           got.push_back(std::move(*m));
         else
           ++passed;
@@ -262,6 +286,7 @@ class NatsBroker final : public Broker {
       if (!got.empty() || wait <= 0) break;
     }
     if (rated) rate_.give_back(queue, have.config.rate, want - got.size());
+    if (got.empty() && failure) throw *failure;
     return got;
   }
 
@@ -767,6 +792,20 @@ class NatsBroker final : public Broker {
   }
   // A queue file holding every queue of the namespace (nats_backup.hpp).
   void do_backup(const std::string& path) override;
+  // The cluster's max_payload (from the server's INFO) less what q adds to a
+  // body (nats_send.hpp): a max size that fits is sent, received and
+  // dead-lettered whole; a larger one is refused when it is set.
+  Capabilities do_capabilities() override {
+    std::int64_t max_payload = natsConnection_GetMaxPayload(client_.nc());
+    Capabilities can;
+    can.max_size = nats::max_size_for(max_payload);
+    can.max_size_source = fmt::format(
+        "the cluster's max_payload is {} bytes, of which q keeps {} for its headers (attributes "
+        "and the dead-letter copy's among them); raise max_payload in the servers' configuration "
+        "(README: On a NATS JetStream cluster)",
+        max_payload, nats::kMessageReserve);
+    return can;
+  }
   std::vector<std::string> do_verify() override {
     return nats::verify_namespace(client_, names_, dead_);
   }

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "nats_groups.hpp"
+#include "nats_send.hpp"
 #include "records.hpp"
+#include "utf8.hpp"
 
 namespace q::nats {
 namespace {
@@ -15,6 +17,40 @@ constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 constexpr jsErrCode kNoMessageFound = static_cast<jsErrCode>(10037);
 constexpr jsErrCode kSequenceNotFound = static_cast<jsErrCode>(10057);
 constexpr jsErrCode kDeleteFailed = static_cast<jsErrCode>(10043);  // "sequence N not found"
+
+// The reason as the Q-Reason header carries it (ASCII JSON), cut to at most
+// `budget` bytes: its start is kept, with a mark that it was cut.
+std::string reason_within(const std::string& reason, std::size_t budget) {
+  std::string out = json(reason).dump(-1, ' ', true);
+  std::size_t keep = reason.size();
+  while (out.size() > budget && keep > 0) {
+    keep = std::min(keep - 1, keep * budget / out.size());
+    out = json(std::string(utf8_prefix(reason, keep)) + " [cut]").dump(-1, ' ', true);
+  }
+  return out;
+}
+
+// The attempt history as the Q-History header carries it, within `budget`
+// bytes: the texts of the attempts are cut first (stderr tails keep their
+// end, the rest their start), then the oldest attempts go.
+std::string history_within(std::vector<Attempt> attempts, std::size_t budget) {
+  std::string out = attempts_header(attempts);
+  for (std::size_t cap = 1024; out.size() > budget && cap >= 64; cap /= 2) {
+    for (auto& a : attempts) {
+      a.reason = std::string(utf8_prefix(a.reason, cap));
+      a.command = std::string(utf8_prefix(a.command, cap));
+      a.run.first_line = std::string(utf8_prefix(a.run.first_line, cap));
+      a.run.stderr_tail = std::string(utf8_suffix(a.run.stderr_tail, cap));
+    }
+    out = attempts_header(attempts);
+  }
+  while (out.size() > budget && !attempts.empty()) {
+    attempts.erase(attempts.begin());
+    out = attempts_header(attempts);
+  }
+  return out;
+}
+
 }  // namespace
 
 void DeadLetters::ensure_stream(const std::string& queue) {
@@ -83,13 +119,15 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
   }
   std::string msg_id = names_.stream(queue) + ":" + std::to_string(seq);
   natsMsgHeader_Set(raw, "Nats-Msg-Id", msg_id.c_str());
-  natsMsgHeader_Set(raw, "Q-Reason", json(dead.reason).dump(-1, ' ', true).c_str());
+  // The reason and the history are bounded (kDeadLetterReserve, which every
+  // max size leaves free): the copy of a message at its max size fits.
+  natsMsgHeader_Set(raw, "Q-Reason", reason_within(dead.reason, kDeadLetterReserve / 2).c_str());
   natsMsgHeader_Set(raw, "Q-Receives", std::to_string(dead.receives).c_str());
   natsMsgHeader_Set(raw, "Q-Dead-At", std::to_string(dead.until).c_str());
   natsMsgHeader_Set(raw, "Q-First-Received", std::to_string(dead.first_received_at).c_str());
   natsMsgHeader_Set(raw, "Q-Last-Received", std::to_string(dead.received_at).c_str());
   // The attempt history follows the message (nats_history.hpp).
-  if (auto h = attempts_header(dead.history); !h.empty())
+  if (auto h = history_within(dead.history, kDeadLetterReserve / 2); !h.empty())
     natsMsgHeader_Set(raw, "Q-History", h.c_str());
   jsErrCode code{};
   s = client_.retry(

@@ -7,29 +7,24 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "rate_limiter.hpp"
+
 namespace q::nats {
 namespace {
 using json = nlohmann::json;
 
-struct Gcra {
-  double interval_us;
-  double tolerance_us;
-  explicit Gcra(double rate)
-      : interval_us(1e6 / rate), tolerance_us(1e6 / rate * std::floor(rate / 10)) {}
-  // The stored arrival time, never further ahead than a burst and an interval
-  // (a consumer whose clock ran ahead must not hold back everyone else).
-  double tat(double stored, double now_us) const {
-    return std::min(std::max(stored, now_us), now_us + tolerance_us + interval_us);
-  }
-};
-
-double read_tat(const std::optional<Record>& r) {
-  if (!r) return 0;
+// The stored budget and the rate it was earned at; a record written before
+// the rate was kept with it counts as another rate's (nothing).
+SharedRate read_budget(const std::optional<Record>& r) {
+  if (!r) return {};
   auto j = json::parse(r->value, nullptr, false);
-  return j.is_discarded() ? 0 : j.value("tat_us", 0.0);
+  if (j.is_discarded()) return {};
+  return {j.value("rate", 0.0), j.value("tat_us", 0.0)};
 }
 
-std::string encode(double tat) { return json{{"tat_us", tat}, {"w", random_token()}}.dump(); }
+std::string encode(double rate, double tat) {
+  return json{{"rate", rate}, {"tat_us", tat}, {"w", random_token()}}.dump();
+}
 
 }  // namespace
 
@@ -40,17 +35,23 @@ std::optional<std::uint64_t> RateBudget::update(const std::string& queue, const 
   return client_.put_if(key(queue), value, revision);
 }
 
+// The rules (a budget of another rate is void, a future is pulled back) are
+// shared_rate's, the same as on a file (rate_limiter.hpp).
 std::uint64_t RateBudget::take(const std::string& queue, double rate, std::uint64_t want) {
-  Gcra g(rate);
   for (int attempt = 0; attempt < 20; ++attempt) {
     auto r = client_.get(key(queue));
-    double now_us = static_cast<double>(clock_.now()) * 1000;
-    double tat = g.tat(read_tat(r), now_us);
-    if (tat > now_us + g.tolerance_us) return 0;
-    auto allows = static_cast<std::uint64_t>((now_us + g.tolerance_us - tat) / g.interval_us) + 1;
-    std::uint64_t n = std::min(want, allows);
-    if (auto rev = update(queue, encode(tat + g.interval_us * static_cast<double>(n)),
-                          r ? r->revision : 0)) {
+    const SharedRate kept = read_budget(r);
+    RateLimiter budget = shared_rate(rate, kept);
+    Millis now = clock_.now();
+    budget.settle(now);
+    std::uint64_t n = std::min(want, budget.allows(now));
+    // Nothing to take: the budget is written only when the rule changed it
+    // (another rate's, or a future pulled back), so that the next take finds
+    // it settled; else nothing is written.
+    if (n == 0 && r && kept.rate == rate && kept.tat_us == budget.tat_us()) return 0;
+    budget.take(now, n);
+    if (auto rev = update(queue, encode(rate, budget.tat_us()), r ? r->revision : 0)) {
+      if (n == 0) return 0;
       taken_at_[queue] = *rev;
       return n;
     }
@@ -63,18 +64,18 @@ void RateBudget::give_back(const std::string& queue, double rate, std::uint64_t 
   if (starts == 0 || taken == taken_at_.end()) return;
   std::uint64_t revision = taken->second;
   taken_at_.erase(taken);
-  Gcra g(rate);
   auto r = client_.get(key(queue));
   if (!r || r->revision != revision) return;  // another took since: keep its starts apart
-  double tat = read_tat(r) - g.interval_us * static_cast<double>(starts);
-  update(queue, encode(tat), revision);
+  RateLimiter budget = shared_rate(rate, read_budget(r));
+  budget.give_back(starts);
+  update(queue, encode(rate, budget.tat_us()), revision);
 }
 
 Millis RateBudget::ready_at(const std::string& queue, double rate) {
-  Gcra g(rate);
-  double now_us = static_cast<double>(clock_.now()) * 1000;
-  double at_us = g.tat(read_tat(client_.get(key(queue))), now_us) - g.tolerance_us;
-  return static_cast<Millis>(std::ceil(at_us / 1000));
+  RateLimiter budget = shared_rate(rate, read_budget(client_.get(key(queue))));
+  Millis now = clock_.now();
+  budget.settle(now);
+  return budget.ready_at(now);
 }
 
 }  // namespace q::nats

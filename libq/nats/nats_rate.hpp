@@ -1,6 +1,6 @@
-// A queue's shared rate (`q config Q --rate N/s`) on JetStream: the same GCRA
-// as on a file (queue_view.hpp: one start every 1/rate, a burst of a tenth of
-// a second's worth), its theoretical arrival time kept in the record
+// A queue's shared rate (`q config Q --rate N/s`) on JetStream: the same
+// limiter and rules as on a file (rate_limiter.hpp, shared_rate), its
+// theoretical arrival time and the rate it was earned at kept in the record
 // rate.<Q> of the namespace's bucket and taken by compare-and-set **before**
 // pulling; what the pull did not deliver is given back. So all consumers on
 // all hosts together never start more than the rate allows.

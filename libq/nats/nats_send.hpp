@@ -3,6 +3,8 @@
 // Send). The checks before (sizes, depth) are NatsBroker's.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "broker.hpp"
@@ -10,6 +12,26 @@
 #include "nats_records.hpp"
 
 namespace q::nats {
+
+// What q adds to a message's body in the one NATS message that carries it
+// (ARCHITECTURE.md, "Message size"). JetStream takes at most 64 KiB of
+// headers per message (error 10097), so that much of each max_payload is kept
+// for them: q's own (ids, times, the dedup id, the group), the attributes
+// (Q-Attrs) and, on the dead-letter copy, the reason and attempt history.
+constexpr std::size_t kHeaderLimit = 64 * 1024;
+constexpr std::size_t kHeaderReserve = 4096;
+// The dead-letter copy's reason and attempt history, each bounded to half of
+// it (nats_dead.cpp), so every message can be dead-lettered.
+constexpr std::size_t kDeadLetterReserve = 16 * 1024;
+// What is left for the attributes as the Q-Attrs header's ASCII JSON.
+constexpr std::size_t kMaxAttributesJson = kHeaderLimit - kHeaderReserve - kDeadLetterReserve;
+constexpr std::size_t kMessageReserve = kHeaderLimit;
+// The largest max size a cluster of this max_payload holds (Capabilities).
+inline std::uint32_t max_size_for(std::int64_t max_payload) {
+  if (max_payload <= static_cast<std::int64_t>(kMessageReserve)) return 0;
+  return static_cast<std::uint32_t>(std::min<std::int64_t>(
+      max_payload - static_cast<std::int64_t>(kMessageReserve), kMaxMaxSize));
+}
 
 class Publisher {
  public:

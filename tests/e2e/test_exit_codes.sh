@@ -130,6 +130,20 @@ cmp_file "$T/before.q" "send over max size"
 assert_exit 0 "$Q" send small 0123456789   # exactly the limit
 assert_eq 2 "$(stat_field small visible)" "a body of exactly --max-size bytes is accepted"
 
+# The default max size holds on every backend (issue 23 item 4: a 1 MiB body
+# was refused on NATS, whose max_payload is what the cluster holds): a body of
+# exactly 1 MiB round-trips, one byte more is refused with the same words.
+assert_exit 0 "$Q" create mib
+assert_eq 1048576 "$("$Q" config mib --json | jq -r .max_size)" "the default max size is 1 MiB"
+head -c 1048576 /dev/urandom >"$T/mib"
+assert_exit 0 "$Q" send mib <"$T/mib"
+assert_exit 0 "$Q" receive mib --json
+jq -r '.body_base64 // (.body | @base64)' "$T/out" | base64 -d | cmp -s - "$T/mib" || fail "a 1 MiB body came back changed"
+head -c 1 /dev/zero >>"$T/mib"
+assert_exit 65 "$Q" send mib <"$T/mib"
+assert_contains "$ERR" "is 1048577 bytes, over the queue's max size of 1048576 bytes; nothing was sent" \
+  "one byte over 1 MiB: the file's words"
+
 # Malformed attributes: 65.
 on_nats || cp "$Q_FILE" "$T/before.q"
 assert_exit 65 "$Q" send small body --attr novalue
