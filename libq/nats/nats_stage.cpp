@@ -20,6 +20,8 @@ std::string stage_id_prefix(const std::string& stream, Millis created_at, std::u
 void kill_point(const char* point) {
   const char* at = std::getenv("Q_TEST_NATS_KILL_AT");
   if (at != nullptr && std::strcmp(at, point) == 0) ::raise(SIGKILL);
+  const char* stop = std::getenv("Q_TEST_NATS_STOP_AT");
+  if (stop != nullptr && std::strcmp(stop, point) == 0) ::raise(SIGSTOP);
 }
 
 }  // namespace q::nats
