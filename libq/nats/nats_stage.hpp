@@ -25,7 +25,8 @@ namespace q::nats {
 std::string stage_id_prefix(const std::string& stream, Millis created_at, std::uint64_t seq);
 
 // For tests only: when the environment variable Q_TEST_NATS_KILL_AT names
-// `point`, the process kills itself with SIGKILL here (a crash at a chosen
+// `point` (one name or a comma-separated list), the process kills itself
+// with SIGKILL here (a crash at a chosen
 // point, e.g. "stage-sent": the outputs published, the source not acked);
 // when Q_TEST_NATS_STOP_AT names it, the process stops itself (SIGSTOP) there
 // and goes on when continued. The points: "stage-sent"; "cas-claimed" and
