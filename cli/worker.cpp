@@ -287,7 +287,22 @@ class Worker {
     return std::min(n, local_rate_.allows(now));
   }
 
-  bool queue_has_visible() { return broker_.next_delivery(o_.queue, false) <= clock_.now(); }
+  // When the next message is ready (Broker::next_delivery); a cluster that
+  // does not answer is a wait like a busy lock: reported, asked again a
+  // second later (INT64_MIN + 1: unknown), never the end of q work.
+  Millis next_delivery(bool rate_limited) {
+    Millis next = INT64_MIN + 1;
+    if (!with_lock([&] { next = broker_.next_delivery(o_.queue, rate_limited); }))
+      return INT64_MIN + 1;
+    return next;
+  }
+  static constexpr Millis kUnknown = INT64_MIN + 1;
+
+  // Unknown counts as visible: q work --exit-when-empty does not end on it.
+  bool queue_has_visible() {
+    Millis next = next_delivery(false);
+    return next == kUnknown || next <= clock_.now();
+  }
 
   // One round, one write transaction: acks every plain success (and idempotent
   // repeat) that ended since the last round and takes as many messages as
@@ -301,7 +316,10 @@ class Worker {
     auto n = capacity(now, acks.size());
     if (n == 0 && acks.empty()) return false;
     // Nothing to ack and nothing ready: look without the writer lock.
-    if (acks.empty() && broker_.next_delivery(o_.queue, true) > clock_.now()) return false;
+    if (acks.empty()) {
+      Millis next = next_delivery(true);
+      if (next == kUnknown || next > clock_.now()) return false;
+    }
     q::ReceiveOptions options;
     options.max_messages = static_cast<std::uint32_t>(n);
     options.visibility_timeout = visibility_;
@@ -552,9 +570,11 @@ class Worker {
                                                busy() < o_.concurrency && !max_reached());
     if (want_messages) {
       Millis wall_now = clock_.now();
-      Millis next = broker_.next_delivery(o_.queue, true);
+      Millis next = next_delivery(true);
       // next is INT64_MIN when a message is ready: no subtraction from it.
-      if (next <= wall_now)
+      if (next == kUnknown)
+        until = std::min(until, now + 1000);
+      else if (next <= wall_now)
         until = now;
       else if (next != INT64_MAX)
         until = std::min(until, now + (next - wall_now));
@@ -593,8 +613,12 @@ class Worker {
     progress_.draw(
         now, counts_,
         [this] {
-          auto stats = broker_.stats(o_.queue).at(0);
-          return stats.visible + stats.delayed + stats.in_flight;
+          // Not answered (a cluster slow to list): the last count stays.
+          with_lock([&] {
+            auto stats = broker_.stats(o_.queue).at(0);
+            queued_ = stats.visible + stats.delayed + stats.in_flight;
+          });
+          return queued_;
         },
         force);
   }
@@ -611,6 +635,7 @@ class Worker {
   Millis heartbeat_every_ = 0;
   std::unique_ptr<q::ChangeWatch> watch_;
   std::optional<q::Holder> self_;  // this process, the holder of its leases
+  std::uint64_t queued_ = 0;       // the progress line's last count of the queue
   std::map<pid_t, Job> jobs_;
   std::deque<Job> exited_;      // ended (or skipped), outcome not yet recorded
   Millis lock_wait_since_ = 0;  // waiting for the writer lock since (steady), or 0

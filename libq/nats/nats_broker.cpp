@@ -53,6 +53,7 @@ using nats::StoredQueue;
 using json = nlohmann::json;
 
 constexpr const char* kConsumer = "q";
+constexpr std::int64_t kMaxAckPending = std::int64_t{1} << 30;
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
 [[noreturn]] void no_such_queue(const std::string& queue) {
@@ -64,7 +65,6 @@ class NatsBroker final : public Broker {
  public:
   NatsBroker(const nats::Location& location, Millis timeout, const Clock* clock)
       : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
-    client_.use_clock(*clock_);
     replicas_ = std::min(3, client_.cluster_size());
     leases_.use_groups(&groups_);
     leases_.use_counters(&counters_);
@@ -226,6 +226,7 @@ class NatsBroker final : public Broker {
     std::vector<Message> got;
     std::optional<Error> failure;
     int rounds = 0;
+    bool consumer_checked = false;
     auto start = std::chrono::steady_clock::now();
     auto left = [&] {
       return options.wait - std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -255,7 +256,18 @@ class NatsBroker final : public Broker {
     }
     for (;;) {
       Millis wait = left();
-      auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0));
+      bool held = false;
+      auto batch =
+          pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0), &held);
+      if (held && !consumer_checked) {
+        // A consumer made before q asked for an unlimited max_ack_pending
+        // holds every pull once 1000 are in flight: update it, pull again.
+        consumer_checked = true;
+        if (consumer_max_ack_pending(queue) != kMaxAckPending) {
+          ensure_consumer(queue, have.config, false);
+          continue;
+        }
+      }
       std::size_t passed = 0;
       for (auto& msg : batch) {
         std::optional<Message> m;
@@ -347,6 +359,7 @@ class NatsBroker final : public Broker {
   Millis do_nack(const std::string& queue, const std::string& receipt,
                  const NackOptions& options) override {
     must_load(queue);
+    look_again_.erase(queue);  // q work: the released message may be ready now
     auto [seq, lease, revision] = leases_.current(queue, receipt);
     Millis delay = options.delay;
     if (options.backoff) {
@@ -558,9 +571,15 @@ class NatsBroker final : public Broker {
 
   // ---- q work ------------------------------------------------------------------
 
-  // Now when a message is visible; else when the first lease runs out (its
-  // message is visible again); INT64_MAX when the queue is empty. From the
-  // stream's count and the leases, as stats.
+  // Now when a message is visible; else a time to look again; INT64_MAX when
+  // the queue is empty. q work asks this every turn of its loop, so it is
+  // lookups only (the stream's state, the consumer's): listing the leases is
+  // O(in flight), and a slow listing ended a q work (issue 25). A message
+  // never delivered (the consumer's num_pending) is ready now. Leased and
+  // delayed ones come back when their lease runs out, and JetStream's timer
+  // is set to that (the lease rules): a no_wait receive finds them then, so
+  // while any are in the stream this says "now" once every kLookAgain (the
+  // watch wakes q work at once on a send, an ack, a nack).
   Millis do_next_delivery(const std::string& queue, bool rate_limited) override {
     StoredQueue have = must_load(queue);
     jsStreamState state = stream_state(queue);
@@ -571,28 +590,41 @@ class NatsBroker final : public Broker {
       paused_until = pause->until;
     }
     Millis now = clock_->now();
-    std::uint64_t held = 0;
-    Millis earliest = INT64_MAX;
-    client_.each(Names::lease_prefix(queue) + "*", [&](const std::string& key, const Record& r) {
-      std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
-      if (seq < state.FirstSeq) return;
-      Lease l = Lease::decode(r.value);
-      if (l.state == Lease::Acked || l.until > now) {
-        ++held;
-        if (l.state != Lease::Acked) earliest = std::min(earliest, l.until);
-      }
-    });
-    // A FIFO queue delivers group heads: a group is free when no lease in the
-    // future holds it (a delayed message behind its head counts too: that
-    // answers later than could be, never earlier).
-    std::uint64_t ready = have.config.fifo
-                              ? groups_.count(queue, static_cast<std::uint64_t>(state.NumSubjects))
-                              : state.Msgs;
-    Millis next = ready > held ? INT64_MIN : earliest;
+    Millis next = INT64_MIN;
+    if (have.config.fifo || consumer_num_pending(queue) == 0) {
+      // FIFO: the heads of free groups; a receive finds them (and passes
+      // over the rest), looked for on the same beat.
+      constexpr Millis kLookAgain = kSecond;
+      Millis& at = look_again_[queue];
+      if (now >= at || at - now > kLookAgain)
+        at = now + kLookAgain;
+      else
+        next = at;
+    }
     if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
     if (next != INT64_MAX) next = std::max(next, paused_until);
     return next;
+  }
+  std::map<std::string, Millis> look_again_;  // do_next_delivery's beat, per queue
+
+  // Messages the queue's consumer has not delivered yet.
+  std::uint64_t consumer_num_pending(const std::string& queue) {
+    std::uint64_t pending = 0;
+    jsErrCode code{};
+    natsStatus s = client_.retry(
+        "reading the consumer of queue " + queue,
+        [&](jsErrCode* err) {
+          jsConsumerInfo* ci = nullptr;
+          natsStatus st = js_GetConsumerInfo(&ci, client_.js(), names_.stream(queue).c_str(),
+                                             kConsumer, nullptr, err);
+          if (st == NATS_OK) pending = ci->NumPending;
+          jsConsumerInfo_Destroy(ci);
+          return st;
+        },
+        &code);
+    if (s != NATS_OK) client_.fail("reading the consumer of queue " + queue, s, code);
+    return pending;
   }
   // A core NATS subscription to the namespace's publishes and lease
   // records (nats_watch.hpp): a waiting q work is woken by a send.
@@ -904,8 +936,13 @@ class NatsBroker final : public Broker {
     cc.AckPolicy = js_AckExplicit;
     cc.DeliverPolicy = js_DeliverAll;
     cc.AckWait = consumer_ack_wait(c) * kNs;
-    cc.MaxDeliver = -1;     // q counts receives in its lease records
-    cc.MaxAckPending = -1;  // in flight is not limited per consumer
+    cc.MaxDeliver = -1;  // q counts receives in its lease records
+    // In flight is not limited per consumer. nats.c 3.4.1 leaves a
+    // MaxAckPending of 0 or less out of the request, and nats-server 2.9
+    // then gives an explicit-ack consumer its default of 1000 (at which a
+    // pull waits, and every receive finds nothing): ask for a limit no queue
+    // reaches instead.
+    cc.MaxAckPending = kMaxAckPending;
     std::string name = names_.stream(queue);
     jsErrCode code{};
     natsStatus s = client_.retry(
@@ -922,6 +959,20 @@ class NatsBroker final : public Broker {
         },
         &code);
     if (s != NATS_OK) client_.fail("setting up the consumer of queue " + queue, s, code);
+  }
+
+  // The max_ack_pending the queue's consumer has; 0 when it cannot be read.
+  std::int64_t consumer_max_ack_pending(const std::string& queue) {
+    std::int64_t max = 0;
+    client_.retry("reading the consumer of queue " + queue, [&](jsErrCode* err) {
+      jsConsumerInfo* ci = nullptr;
+      natsStatus st = js_GetConsumerInfo(&ci, client_.js(), names_.stream(queue).c_str(), kConsumer,
+                                         nullptr, err);
+      if (st == NATS_OK && ci->Config) max = ci->Config->MaxAckPending;
+      jsConsumerInfo_Destroy(ci);
+      return st;
+    });
+    return max;
   }
 
   // Message `seq` of the queue's stream; nullptr when it is not there.
@@ -954,8 +1005,12 @@ class NatsBroker final : public Broker {
   // and with `expires` the consumer's leader holds the request until a
   // message arrives (a send wakes it at once) or the wait is over; either way
   // it ends the request as soon as it delivered what it had (2.9 semantics).
-  std::vector<MsgPtr> pull(const std::string& queue, int batch, Millis wait) {
+  // `held` (when given) says whether the consumer's leader kept the request
+  // without an answer, as it does with a no_wait request at the consumer's
+  // max_ack_pending.
+  std::vector<MsgPtr> pull(const std::string& queue, int batch, Millis wait, bool* held = nullptr) {
     std::vector<MsgPtr> out;
+    if (held) *held = false;
     natsInbox* inbox = nullptr;
     natsSubscription* raw = nullptr;
     natsStatus s = natsInbox_Create(&inbox);
@@ -979,7 +1034,10 @@ class NatsBroker final : public Broker {
       natsMsg* m = nullptr;
       s = natsSubscription_NextMsg(&m, sub.get(), left);
       MsgPtr msg(m);
-      if (s == NATS_TIMEOUT) break;
+      if (s == NATS_TIMEOUT) {
+        if (held && out.empty()) *held = true;
+        break;
+      }
       if (s != NATS_OK) client_.fail("receiving from queue " + queue, s, {});
       // A status (404 no messages, 408 request over, 409 ...) ends the request.
       if (!nats::header(msg.get(), "Status").empty()) break;
@@ -998,6 +1056,7 @@ class NatsBroker final : public Broker {
     jsStreamState state = stream_state(queue);
     Millis now = clock_->now();
     std::uint64_t in_flight = 0, delayed = 0;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> leftovers;  // seq, revision
     client_.each(Names::lease_prefix(queue) + "*", [&](const std::string& key, const Record& r) {
       // Messages leave a work-queue stream by ack (their lease goes with
       // them), purge (leases too) or age, oldest first: a lease below the
@@ -1005,6 +1064,7 @@ class NatsBroker final : public Broker {
       std::uint64_t seq = std::stoull(key.substr(key.rfind('.') + 1));
       if (state.Msgs == 0 || seq < state.FirstSeq) return;
       Lease l = Lease::decode(r.value);
+      if (l.state == Lease::Acked || l.state == Lease::Dead) leftovers.push_back({seq, r.revision});
       if (next && (l.state == Lease::Leased || l.state == Lease::Released) && l.until > now)
         *next = std::min(*next, l.until);
       if (l.state == Lease::Acked || l.state == Lease::Dead ||
@@ -1013,6 +1073,14 @@ class NatsBroker final : public Broker {
       else if (l.state == Lease::Released && l.until > now)
         ++delayed;
     });
+    // An ack or a dead-letter move under way, or the leftover of one killed
+    // after its message left the stream (issue 25): that one counts for
+    // nothing and is removed, as its process would have.
+    for (const auto& [seq, revision] : leftovers) {
+      if (stored(queue, seq)) continue;
+      client_.remove(revision);
+      --in_flight;
+    }
     // A work-queue stream holds exactly the messages not yet acked.
     st.in_flight = std::min<std::uint64_t>(in_flight, state.Msgs);
     st.delayed = std::min<std::uint64_t>(delayed, state.Msgs - st.in_flight);

@@ -1,5 +1,8 @@
 #include "nats_client.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <random>
@@ -7,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "nats_stage.hpp"
 #include "timefmt.hpp"
 
 namespace q::nats {
@@ -277,6 +281,12 @@ void Client::open_bucket(const std::string& bucket, int replicas) {
 }
 
 std::optional<Record> Client::get(const std::string& key) {
+  auto dated = get_dated(key);
+  if (!dated) return std::nullopt;
+  return std::move(dated->record);
+}
+
+std::optional<Client::Dated> Client::get_dated(const std::string& key) {
   natsMsg* raw = nullptr;
   jsErrCode code{};
   std::string subj = subject(key);
@@ -291,9 +301,10 @@ std::optional<Record> Client::get(const std::string& key) {
   MsgPtr msg(raw);
   if (s == NATS_NOT_FOUND || code == kNoMessageFound) return std::nullopt;
   if (s != NATS_OK) fail("reading " + key, s, code);
-  return Record{std::string(natsMsg_GetData(msg.get()),
-                            static_cast<std::size_t>(natsMsg_GetDataLength(msg.get()))),
-                natsMsg_GetSequence(msg.get())};
+  return Dated{Record{std::string(natsMsg_GetData(msg.get()),
+                                  static_cast<std::size_t>(natsMsg_GetDataLength(msg.get()))),
+                      natsMsg_GetSequence(msg.get())},
+               static_cast<Millis>(natsMsg_GetTime(msg.get()) / 1000000)};
 }
 
 // nats-server 2.9.10 checks a clustered stream's expected last subject
@@ -307,28 +318,74 @@ std::optional<Record> Client::get(const std::string& key) {
 // unique in the bucket, so R names it alone): one writer wins that create,
 // only the winner writes, and removes its claim after. A later writer that
 // read R cannot slip in once the winner's write is acknowledged (the leader
-// has applied it, and its pre-check sees the new revision). A claim left by a
-// process that died between its claim and its write would block the record
-// for good: one older than kStaleClaim is removed by the next writer, who
-// then reads again.
+// has applied it, and its pre-check sees the new revision).
+//
+// A claim left by a process that died between its claim and its write would
+// block the record for good, so a claim older than kStaleClaim is removed by
+// the next writer, who then reads again. Its age is the cluster's: the
+// claim's own timestamp (the leader stamps every stored message) against a
+// probe record written now, never a client's wall clock (a client 30 s ahead
+// judged live claims dead and two writers won: issue 25). A live claim lasts
+// one round trip; a writer that meets one waits (up to the timeout) for it to
+// clear or to go stale, watching the same claim record; only its own
+// steady clock measures how long to wait, and only between the cluster's
+// readings.
 std::optional<std::uint64_t> Client::put_if(const std::string& key, const std::string& value,
-                                            std::uint64_t expected) {
+                                            std::uint64_t expected, OnClaim on_claim) {
   if (expected == 0) return publish_if(key, value, 0);
-  constexpr Millis kStaleClaim = 5 * kSecond;
   std::string claim_key = fmt::format("cas.{}", expected);
-  std::string claim_value =
-      fmt::format("{{\"at\":{},\"w\":\"{}\"}}", clock_->now(), random_token());
-  auto claim = publish_if(claim_key, claim_value, 0);
-  if (!claim) {
-    if (auto held = get(claim_key)) {
-      const std::string& v = held->value;
-      auto at_pos = v.find("\"at\":");
-      Millis at =
-          at_pos == std::string::npos ? 0 : std::strtoll(v.c_str() + at_pos + 5, nullptr, 10);
-      if (clock_->now() - at > kStaleClaim) remove(held->revision);
+  static const std::string who = [] {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    return fmt::format("\"p\":{},\"h\":\"{}\"", static_cast<long>(getpid()), host);
+  }();
+  std::string claim_value = fmt::format("{{{},\"w\":\"{}\"}}", who, random_token());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_);
+  std::optional<std::uint64_t> claim;
+  auto pause = std::chrono::milliseconds(5);
+  while (!(claim = publish_if(claim_key, claim_value, 0))) {
+    auto held = get_dated(claim_key);
+    if (!held) return std::nullopt;  // it cleared: the caller reads again
+    Millis age = server_now() - held->written_at;
+    if (age > kStaleClaim) {
+      remove(held->record.revision);
+      return std::nullopt;
     }
-    return std::nullopt;
+    if (on_claim == OnClaim::Pass) return std::nullopt;
+    // Watch this claim until it clears or the cluster's clock says it is stale.
+    auto stale_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStaleClaim - age);
+    for (;;) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        const std::string& v = held->record.value;
+        auto pid_at = v.find("\"p\":"), host_at = v.find("\"h\":\"");
+        std::string holder =
+            pid_at == std::string::npos
+                ? std::string("another q process")
+                : fmt::format(
+                      "q process {}{}", std::strtoll(v.c_str() + pid_at + 4, nullptr, 10),
+                      host_at == std::string::npos
+                          ? std::string()
+                          : " on " + v.substr(host_at + 5, v.find('"', host_at + 5) - host_at - 5));
+        throw Error(ErrorKind::Busy,
+                    fmt::format("nats://{}: writing {}: {} holds its claim {} (taken at {} by the "
+                                "cluster's clock, {} ago; a claim is judged dead after {}); "
+                                "waited {}, try again",
+                                location_.ns, key, holder, claim_key, format_time(held->written_at),
+                                format_duration(std::max<Millis>(age, 0)),
+                                format_duration(kStaleClaim), format_duration(timeout_)));
+      }
+      auto wake = std::min({now + pause, stale_at, deadline});
+      std::this_thread::sleep_until(wake);
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
+      auto again = get(claim_key);
+      if (!again || again->revision != held->record.revision) break;  // cleared (or anew)
+      if (std::chrono::steady_clock::now() >= stale_at) break;        // judge it again
+    }
+    if (auto again = get(claim_key); !again || again->revision != held->record.revision)
+      return std::nullopt;
   }
+  kill_point("cas-claimed");
   std::optional<std::uint64_t> rev;
   try {
     rev = publish_if(key, value, expected);
@@ -339,8 +396,30 @@ std::optional<std::uint64_t> Client::put_if(const std::string& key, const std::s
     }
     throw;
   }
+  kill_point("cas-written");
   remove(*claim);
   return rev;
+}
+
+Millis Client::server_now() {
+  std::string subj = subject("clock");
+  std::string token = random_token();
+  jsErrCode code{};
+  natsStatus s = retry(
+      "reading the cluster's clock",
+      [&](jsErrCode* err) {
+        jsPubAck* pa = nullptr;
+        natsStatus st = js_Publish(&pa, js_, subj.c_str(), token.data(),
+                                   static_cast<int>(token.size()), nullptr, err);
+        jsPubAck_Destroy(pa);
+        return st;
+      },
+      &code);
+  if (s != NATS_OK) fail("reading the cluster's clock", s, code);
+  // The newest probe: ours, or one written after it.
+  auto probe = get_dated("clock");
+  if (!probe) fail("reading the cluster's clock", NATS_NOT_FOUND, {});
+  return probe->written_at;
 }
 
 std::optional<std::uint64_t> Client::publish_if(const std::string& key, const std::string& value,
@@ -404,14 +483,25 @@ void Client::each(const std::string& filter,
   kvWatchOptions_Init(&wo);
   wo.IgnoreDeletes = true;
   // The KV handle costs a round trip, and only listing needs it.
+  // The bucket is there (open_bucket): "not found" from the KV calls means
+  // the cluster cannot answer (2 of 3 nodes down: "no stream matches
+  // subject"), so it is waited out as the other calls' errors are.
+  auto unanswered = [](natsStatus st) {
+    if (st == NATS_NOT_FOUND ||
+        (st == NATS_ERR &&
+         last_error_text().find("no stream matches subject") != std::string::npos))
+      return NATS_TIMEOUT;
+    return st;
+  };
   if (!kv_) {
-    natsStatus s = retry("opening the bucket " + bucket_,
-                         [&](jsErrCode*) { return js_KeyValue(&kv_, js_, bucket_.c_str()); });
+    natsStatus s = retry("opening the bucket " + bucket_, [&](jsErrCode*) {
+      return unanswered(js_KeyValue(&kv_, js_, bucket_.c_str()));
+    });
     if (s != NATS_OK) fail("opening the bucket " + bucket_, s, {});
   }
   kvWatcher* watcher = nullptr;
   natsStatus s = retry("listing " + filter, [&](jsErrCode*) {
-    return kvStore_Watch(&watcher, kv_, filter.c_str(), &wo);
+    return unanswered(kvStore_Watch(&watcher, kv_, filter.c_str(), &wo));
   });
   if (s != NATS_OK) fail("listing " + filter, s, {});
   std::unique_ptr<kvWatcher, Deleter<kvWatcher, kvWatcher_Destroy>> hold(watcher);

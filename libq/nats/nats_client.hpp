@@ -89,15 +89,30 @@ class Client {
   // ---- records on a KV bucket, by the stream API (for its error codes) ----
   void open_bucket(const std::string& bucket, int replicas);
   std::optional<Record> get(const std::string& key);
+  // What put_if does when another writer holds the claim on the revision:
+  // wait (up to the timeout) for it to clear or be judged dead, or pass at
+  // once (a receive, which has other messages to take).
+  enum class OnClaim { Wait, Pass };
   // Writes `value` when the key's revision is still `expected` (0: the key has
   // no record). Returns the new revision, or nullopt when another write came
   // first. Retry-safe: `value` must be unique to this write (carry a token),
   // so a retried write that had in fact succeeded is recognised. Exact on a
-  // cluster too: see claim() in nats_client.cpp.
+  // cluster too: see put_if in nats_client.cpp. A claim held past the
+  // timeout is Error(Busy) naming it (OnClaim::Wait).
   std::optional<std::uint64_t> put_if(const std::string& key, const std::string& value,
-                                      std::uint64_t expected);
-  // The clock that dates claims (put_if); the system clock unless set.
-  void use_clock(const Clock& clock) { clock_ = &clock; }
+                                      std::uint64_t expected, OnClaim on_claim = OnClaim::Wait);
+  // The cluster's time now (ms since the epoch, by the bucket leader's
+  // clock): one probe record written and read back.
+  Millis server_now();
+  // A record with the server's time it was written at (ms since the epoch).
+  struct Dated {
+    Record record;
+    Millis written_at = 0;
+  };
+  std::optional<Dated> get_dated(const std::string& key);
+  // A claim `cas.R` older than this by the cluster's clock was left by a
+  // writer that died between its claim and its write.
+  static constexpr Millis kStaleClaim = 5 * kSecond;
   // Removes the record at `revision` (no tombstone); a newer record stays.
   void remove(std::uint64_t revision);
   // Every record whose key matches `filter` (NATS wildcards), with its key.
@@ -124,8 +139,6 @@ class Client {
   // One expected-revision publish, exact only when `expected` is 0 (put_if).
   std::optional<std::uint64_t> publish_if(const std::string& key, const std::string& value,
                                           std::uint64_t expected);
-  SystemClock system_clock_;
-  const Clock* clock_ = &system_clock_;
 };
 
 // A random token of 32 hex digits (write ids, send ids).

@@ -7,6 +7,7 @@
 
 #include "nats_groups.hpp"
 #include "nats_send.hpp"
+#include "nats_stage.hpp"
 #include "records.hpp"
 #include "utf8.hpp"
 
@@ -172,6 +173,7 @@ void DeadLetters::finish(const std::string& queue, natsMsg* msg, std::uint64_t s
       &code);
   if (s != NATS_OK && s != NATS_NOT_FOUND && code != kSequenceNotFound && code != kDeleteFailed)
     client_.fail("removing dead-lettered message " + id, s, code);
+  kill_point("dead-removed");
   client_.remove(revision);
 }
 

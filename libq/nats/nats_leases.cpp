@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nats_delay.hpp"
+#include "nats_stage.hpp"
 #include "records.hpp"
 
 namespace q::nats {
@@ -91,7 +92,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       dead.until = now;
       if (dead.reason.empty())
         dead.reason = "not acknowledged after " + plural(prev.receives, "receive");
-      auto rev = client_.put_if(key, dead.encode(), cur->revision);
+      auto rev = client_.put_if(key, dead.encode(), cur->revision, Client::OnClaim::Pass);
       if (!rev) continue;
       dead_.finish(queue, msg, seq, dead, *rev, reply);
       wake();
@@ -111,7 +112,9 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     l.pid = pid_;
     l.worker_since = worker_since_;
     l.history = std::move(history);
-    auto rev = client_.put_if(key, l.encode(), cur ? cur->revision : 0);
+    // A claim on the lease (an ack, nack or extend under way) is passed
+    // over, not waited for: the receive has other messages to take.
+    auto rev = client_.put_if(key, l.encode(), cur ? cur->revision : 0, Client::OnClaim::Pass);
     if (!rev) continue;
     if (fifo && !groups_->alone(queue, subject, seq, now)) {
       // A redrive put an earlier message into the group (or leased one)
@@ -167,6 +170,7 @@ void LeaseBook::finish_ack(const std::string& stream, std::uint64_t seq, const s
     // applied; wait (briefly) until its leader no longer has it.
     for (int attempt = 0; attempt < 40; ++attempt) {
       if (!present(stream, seq)) {
+        kill_point("ack-sent");
         client_.remove(revision);
         return;
       }

@@ -25,8 +25,15 @@ namespace q::nats {
 std::string stage_id_prefix(const std::string& stream, Millis created_at, std::uint64_t seq);
 
 // For tests only: when the environment variable Q_TEST_NATS_KILL_AT names
-// `point`, the process kills itself with SIGKILL here (a crash at a chosen
-// point, e.g. "stage-sent": the outputs published, the source not acked).
+// `point` (one name or a comma-separated list), the process kills itself
+// with SIGKILL here (a crash at a chosen
+// point, e.g. "stage-sent": the outputs published, the source not acked);
+// when Q_TEST_NATS_STOP_AT names it, the process stops itself (SIGSTOP) there
+// and goes on when continued. The points: "stage-sent"; "cas-claimed" and
+// "cas-written" (put_if: its claim taken / its write done, the claim not yet
+// removed); "ack-sent" (an ack's message gone from the stream, its lease
+// not removed); "dead-removed" (a dead-letter move's message removed from
+// the queue, its lease not).
 void kill_point(const char* point);
 
 }  // namespace q::nats

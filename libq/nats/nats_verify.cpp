@@ -231,6 +231,17 @@ class Verifier {
                               std::string(kind) == "done" ? "an idempotency-key" : "a FIFO wait",
                               name ? " (" + *name + ")" : ""));
       });
+    // Claims (Client::put_if) left by a writer killed after its claim: one
+    // older than a claim lives is removed, by the cluster's clock.
+    std::vector<std::uint64_t> stale_claims;
+    Millis server_now = 0;
+    client_.each("cas.*", [&](const std::string& key, const Record& r) {
+      auto dated = client_.get_dated(key);
+      if (!dated || dated->record.revision != r.revision) return;
+      if (server_now == 0) server_now = client_.server_now();
+      if (server_now - dated->written_at > Client::kStaleClaim) stale_claims.push_back(r.revision);
+    });
+    for (auto revision : stale_claims) client_.remove(revision);
     // Looked at again: a receive or a send may have been under way.
     for (const auto& s : suspects) {
       auto now = client_.get(s.key);
@@ -243,6 +254,15 @@ class Verifier {
         continue;
       }
       if (stored(names_.stream(s.queue), s.seq)) continue;
+      // Leftovers of a process killed at the last step, whose message is
+      // gone: an ack's lease (its message left the stream), a finished
+      // dead-letter move's (its dead letter is there). Removed now, as the
+      // dying process would have: nothing is wrong with the queue.
+      if (s.lease.state == Lease::Acked ||
+          (s.lease.state == Lease::Dead && dead_.find(s.queue, id))) {
+        client_.remove(s.revision);
+        continue;
+      }
       switch (s.lease.state) {
         case Lease::Dead:
           problem(fmt::format(

@@ -6,6 +6,9 @@
  *   nats_poke URLS add-stream STREAM SUBJECT add a stream (work-queue, R1)
  *   nats_poke URLS del-consumer STREAM NAME  delete a consumer
  *   nats_poke URLS pub SUBJECT DATA          a JetStream publish (KV: $KV.BUCKET.KEY)
+ *   nats_poke URLS count STREAM FILTER       print how many subjects of STREAM match FILTER
+ *   nats_poke URLS old-consumer STREAM NAME  a durable explicit-ack pull consumer as nats.c
+ *                                            makes it without max_ack_pending (the server's 1000)
  * URLS: nats://h1:p1,h2:p2 (a q location without its /NAMESPACE).
  * Exit 0 when done, 1 with the error on stderr. */
 #include <nats/nats.h>
@@ -52,6 +55,27 @@ int main(int argc, char** argv) {
     jsPubAck* pa = NULL;
     s = js_Publish(&pa, js, argv[3], argv[4], (int)strlen(argv[4]), NULL, &code);
     jsPubAck_Destroy(pa);
+  } else if (!strcmp(cmd, "old-consumer") && argc == 5) {
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = argv[4];
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = 30LL * 1000 * 1000 * 1000;
+    cc.MaxDeliver = -1;
+    cc.MaxAckPending = -1; /* left out of the request by nats.c 3.4.1 */
+    jsConsumerInfo* ci = NULL;
+    s = js_AddConsumer(&ci, js, argv[3], &cc, NULL, &code);
+    if (s == NATS_OK) printf("%lld\n", (long long)ci->Config->MaxAckPending);
+    jsConsumerInfo_Destroy(ci);
+  } else if (!strcmp(cmd, "count") && argc == 5) {
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Stream.Info.SubjectsFilter = argv[4];
+    jsStreamInfo* si = NULL;
+    s = js_GetStreamInfo(&si, js, argv[3], &jo, &code);
+    if (s == NATS_OK) printf("%d\n", si->State.Subjects ? si->State.Subjects->Count : 0);
+    jsStreamInfo_Destroy(si);
   } else {
     fprintf(stderr, "nats_poke: unknown command or wrong arguments: %s\n", cmd);
     return 2;

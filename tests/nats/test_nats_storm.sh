@@ -20,15 +20,68 @@
 #      fail): one successful ack dropped (violation `lost`, that message), and
 #      the stale ack of 1 made to succeed (`redelivered-after-ack`).
 #
+# In the storm, q processes die too (issue 25): KILL_PCT (default 8) percent of
+# the consumers' receives, acks, nacks and extends kill themselves at one of
+# the steps of a lease write (Q_TEST_NATS_KILL_AT, libq/nats/nats_stage.hpp:
+# cas-claimed, cas-written; ack-sent for acks and receives, which finish acks
+# others left), each logged as a kill of that process for the checker; and
+# half the receives die after the delete of a dead-letter move, if they make
+# one (max receives 2 here, so a message delivered twice goes to the dead
+# letters on its next delivery). And two consumers' clocks are off by 30 s
+# (libfaketime, monotonic clock left alone): consumer 1 acks 30 s ahead,
+# consumer 2 acks, nacks and extends 30 s behind. Their receives keep the
+# true time: a lease's end is the receiver's clock by design (ARCHITECTURE.md:
+# skew lengthens or shortens leases), so a receive 30 s off would overlap
+# leases on purpose; a write fenced by a claim must hold whatever the clock.
+#
 #   test_nats_storm.sh Q_BINARY
 # STORM_SECONDS (default 24) sets the storm's length. Every wait for the cluster
 # is q's own --lock-timeout (Q_LOCK_TIMEOUT, 30 s times Q_TEST_TIME_SCALE): a
 # command that waits out an election succeeds; one that gives up fails the test.
-# Skipped (77) without nats-server, q-nats or jq (a failure under CI=true or Q_REQUIRE_ALL=1).
+# Skipped (77) without nats-server, q-nats or jq (a failure under CI=true or
+# Q_REQUIRE_ALL=1); without libfaketime it fails (the skewed clients are the point).
 source "$(dirname "$0")/lib.sh"
 nats_require "${1:?usage: test_nats_storm.sh Q_BINARY}"
 # The torture harness: $T, $L (the logs), the load loops, drain, check.
 source "$(dirname "$0")/../torture/lib.sh" "$1"
+FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -1)
+[[ -n $FAKETIME_LIB ]] || die "libfaketime not installed (Debian package libfaketime)"
+KILL_PCT=${KILL_PCT:-8}
+NACK_PCT=${NACK_PCT:-10}
+ABANDON_PCT=${ABANDON_PCT:-8}
+
+# The torture lib's qrun, for the consumers (`c` is the consumer loop's own
+# number, seen through bash's dynamic scope): a kill at a lease write's step
+# now and then, and the clocks of consumers 1 and 2 off by 30 s.
+eval "_torture_$(declare -f qrun)"
+qrun() {
+  local op=$1 point="" skew=""
+  if [[ " ${FUNCNAME[*]} " == *" consumer "* ]]; then
+    local points=()
+    case $op in
+      receive) points=(cas-claimed cas-written ack-sent) ;;
+      ack) points=(cas-claimed cas-written ack-sent) ;;
+      nack | extend) points=(cas-claimed cas-written) ;;
+    esac
+    ((${#points[@]} && RANDOM % 100 < KILL_PCT)) && point=${points[RANDOM % ${#points[@]}]}
+    # A receive that moves a message to the dead letters is rare: half of
+    # them die after the move's delete (the point does nothing otherwise).
+    [[ $op == receive ]] && ((RANDOM % 2)) && point=${point:+$point,}dead-removed
+    [[ $c == 1 && $op == ack ]] && skew=+30s
+    [[ $c == 2 && $op =~ ^(ack|nack|extend)$ ]] && skew=-30s
+  fi
+  if [[ -n $skew ]]; then
+    echo "$op $skew" >>"$T/skewed.$BASHPID"
+    QPRELOAD=$FAKETIME_LIB FAKETIME=$skew FAKETIME_DONT_FAKE_MONOTONIC=1 \
+      Q_TEST_NATS_KILL_AT=$point _torture_qrun "$@"
+  else
+    Q_TEST_NATS_KILL_AT=$point _torture_qrun "$@"
+  fi
+  if [[ -n $point ]] && ((RC == 137)); then
+    printf '{"op":"kill","pid":%s,"t0":%s,"what":"q %s (Q_TEST_NATS_KILL_AT=%s)"}\n' \
+      "$QPID" "$T1" "$op" "$point" >>"$L/killer.$BASHPID.jsonl"
+  fi
+}
 
 CL=$(mktemp -d "${TMPDIR:-/tmp}/q-nats-storm.XXXXXX")
 _storm_exit() {
@@ -66,7 +119,7 @@ restart_node() {
   [[ $status =~ (^|$'\n')n$1\ running\ .*meta\ leader:\ n ]] || fail "n$1 is not in the cluster: $status"
 }
 
-assert_exit 0 "$Q" create "$QUEUE" --visibility-timeout 1s --max-receives 50 ||
+assert_exit 0 "$Q" create "$QUEUE" --visibility-timeout 1s --max-receives 2 ||
   die "cannot create the queue"
 
 # ---- 1. a stale receipt across a leader change -------------------------------------
@@ -172,3 +225,5 @@ open(path, "w").write("\n".join(out) + "\n")
 print("after receipt " + sys.argv[2])
 '
 echo "nats storm: $(cat "$T/summary.json")"
+echo "skewed commands (consumer 1 +30s, consumer 2 -30s): $(cat "$T"/skewed.* 2>/dev/null | sort | uniq -c | xargs)"
+echo "q processes killed at a lease write's step: $(cat "$L"/killer.*.jsonl 2>/dev/null | jq -r .what | sed 's/^q \([a-z]*\) .*KILL_AT=\(.*\))$/\1 at \2/' | sort | uniq -c | xargs)"
