@@ -18,6 +18,7 @@
 #include "error.hpp"
 #include "help.hpp"
 #include "input.hpp"
+#include "location.hpp"
 #include "lmdb_broker.hpp"
 #include "output.hpp"
 #include "records.hpp"
@@ -41,9 +42,13 @@ int exit_code(q::ErrorKind kind) {
 std::string Context::queue_file() const {
   if (file) {
     if (file->empty()) throw q::Error(q::ErrorKind::Usage, "-f/--file: the path is empty");
+    q::check_location_scheme(*file);
     return *file;
   }
-  if (const char* env = std::getenv("Q_FILE"); env && *env) return env;
+  if (const char* env = std::getenv("Q_FILE"); env && *env) {
+    q::check_location_scheme(env);
+    return env;
+  }
   std::string data_home;
   if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') {
     data_home = xdg;
@@ -57,16 +62,14 @@ std::string Context::queue_file() const {
 
 NatsOpener nats_opener = nullptr;
 
-bool is_nats_location(const std::string& location) {
-  return location.compare(0, 7, "nats://") == 0;
-}
+bool is_nats_location(const std::string& location) { return q::is_nats_location(location); }
 
 std::unique_ptr<q::Broker> Context::open(bool create) const {
   std::string location = queue_file();
   if (is_nats_location(location)) {
     if (!nats_opener)
-      throw q::Error(q::ErrorKind::Busy,
-                     fmt::format("{}: this q has no NATS backend (q-nats)", location));
+      throw q::Error(q::ErrorKind::Busy, fmt::format("{}: this q has no NATS backend (q-nats)",
+                                                     q::redact_location(location)));
     q::Millis timeout = 10 * q::kSecond;
     if (lock_timeout) {
       timeout = duration_flag("--lock-timeout", *lock_timeout);
@@ -94,7 +97,8 @@ std::unique_ptr<q::Broker> Context::open_for_reading() const {
   try {
     return open();
   } catch (const q::Error& e) {
-    if (e.kind() != q::ErrorKind::Permission) throw;
+    // A cluster's refusal (credentials, TLS) is no file to read instead.
+    if (e.kind() != q::ErrorKind::Permission || is_nats_location(queue_file())) throw;
   }
   q::LmdbOptions options;
   options.open.path = queue_file();

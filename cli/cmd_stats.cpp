@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "input.hpp"
+#include "location.hpp"
 #include "files.hpp"
 #include "output.hpp"
 #include "rates.hpp"
@@ -256,9 +257,9 @@ void run_stats(const StatsFlags& f, Context& ctx) {
   auto all = ctx.open_for_reading()->stats(f.queue);
   if (f.prometheus) {
     if (f.output)
-      write_atomically(*f.output, prometheus(all, ctx.queue_file()));
+      write_atomically(*f.output, prometheus(all, q::redact_location(ctx.queue_file())));
     else
-      ctx.out += prometheus(all, ctx.queue_file());
+      ctx.out += prometheus(all, q::redact_location(ctx.queue_file()));
     return;
   }
   if (f.json) {

@@ -22,6 +22,7 @@
 #include "files.hpp"
 #include "stop_signals.hpp"
 #include "input.hpp"
+#include "location.hpp"
 #include "output.hpp"
 #include "rates.hpp"
 #include "timefmt.hpp"
@@ -183,7 +184,7 @@ void run_top(const TopFlags& f, Context& ctx) {
   // not a keyboard. Ctrl-C and SIGTERM still quit.
   bool keys = isatty(STDIN_FILENO) == 1;
   auto broker = ctx.open_for_reading();
-  std::string file = text_escape(ctx.queue_file());
+  std::string file = text_escape(q::redact_location(ctx.queue_file()));
 
   install_stop_signals({SIGINT, SIGTERM, SIGHUP});
   Screen screen;

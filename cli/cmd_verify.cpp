@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "context.hpp"
+#include "location.hpp"
 
 namespace cli {
 
@@ -19,7 +20,7 @@ void add_verify(CLI::App& app, Context& ctx) {
     auto problems = ctx.open_for_reading()->verify();
     for (const auto& p : problems) ctx.out += p + "\n";
     if (problems.empty())
-      ctx.out += fmt::format("{}: consistent\n", ctx.queue_file());
+      ctx.out += fmt::format("{}: consistent\n", q::redact_location(ctx.queue_file()));
     else
       ctx.exit = kIoErr;
   });

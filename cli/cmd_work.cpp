@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "input.hpp"
+#include "location.hpp"
 #include "worker.hpp"
 
 #include <fmt/format.h>
@@ -75,7 +76,9 @@ void run_work(const WorkFlags& f, Context& ctx) {
   WorkOptions o;
   o.queue = f.queue;
   o.command = f.command;
-  o.queue_file = ctx.queue_file();
+  // The handlers' Q_FILE: never a password (the credentials are in the
+  // environment: cli/nats_handoff.cpp moved a location's there).
+  o.queue_file = q::split_user_info(ctx.queue_file()).rest;
   o.concurrency = f.concurrency;
   o.backoff_base = duration_flag("--backoff-base", f.backoff_base);
   o.backoff_cap = duration_flag("--backoff-cap", f.backoff_cap);

@@ -21,13 +21,18 @@ namespace {
 
 constexpr const char* kNotes = R"(Queue file: -f/--file, else $Q_FILE, else
   ${XDG_DATA_HOME:-$HOME/.local/share}/q/default.q
+NATS JetStream cluster: -f nats://HOST:PORT[,HOST:PORT...]/NAMESPACE, or
+  tls://... for TLS required; log in with NATS_USER and NATS_PASSWORD,
+  NATS_CREDS or NATS_NKEY; TLS with NATS_CA, NATS_CERT and NATS_KEY (q(1)).
 Durations: 500ms, 30s, 5m, 2h, 4d, combinations like 1h30m, or a bare number of
   seconds. Rates: 50/s, 3000/m, 10/h.
 Times: RFC 3339 (2026-11-30T08:00:00Z) or @UNIX_SECONDS.
-Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME.)";
+Environment: Q_FILE, Q_NO_SYNC=1, Q_LOCK_TIMEOUT, XDG_DATA_HOME, NATS_USER,
+  NATS_PASSWORD, NATS_CREDS, NATS_NKEY, NATS_CA, NATS_CERT, NATS_KEY.)";
 
-const std::vector<std::string> kEnvironment = {"Q_FILE", "Q_NO_SYNC", "Q_LOCK_TIMEOUT",
-                                               "XDG_DATA_HOME"};
+const std::vector<std::string> kEnvironment = {
+    "Q_FILE",     "Q_NO_SYNC", "Q_LOCK_TIMEOUT", "XDG_DATA_HOME", "NATS_USER", "NATS_PASSWORD",
+    "NATS_CREDS", "NATS_NKEY", "NATS_CA",        "NATS_CERT",     "NATS_KEY"};
 
 const std::map<int, std::string>& general_meanings() {
   static const std::map<int, std::string> m = {
@@ -38,10 +43,12 @@ const std::map<int, std::string>& general_meanings() {
       {64, "usage error"},
       {65, "bad input data (too large, malformed receipt or attribute)"},
       {66, "not found (no such queue file, directory, queue or message)"},
-      {69, "busy: the writer lock was not granted within --lock-timeout"},
+      {69,
+       "busy: the writer lock was not granted within --lock-timeout (NATS: no server "
+       "answered)"},
       {74, "I/O error, disk full, corrupt or incompatible queue file"},
       {75, "queue full, try later (nothing was written)"},
-      {77, "permission denied"},
+      {77, "permission denied (NATS: credentials refused, TLS failed, subject not permitted)"},
   };
   return m;
 }

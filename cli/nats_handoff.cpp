@@ -8,45 +8,103 @@
 #include <iostream>
 
 #include "context.hpp"
+#include "location.hpp"
 
 namespace cli {
+namespace {
 
-std::optional<std::string> nats_location_arg(int argc, char** argv) {
-  std::optional<std::string> file;
+// Where the location is: argv[index] from `offset` on, or Q_FILE (index -1).
+struct Found {
+  std::string location;
+  int index = -1;
+  std::size_t offset = 0;
+};
+
+std::optional<Found> find_location(int argc, char** argv) {
+  std::optional<Found> found;
   for (int i = 1; i < argc; ++i) {
     const char* arg = argv[i];
     if (std::strcmp(arg, "--") == 0) break;
     if (std::strcmp(arg, "-f") == 0 || std::strcmp(arg, "--file") == 0) {
-      if (i + 1 < argc) file = argv[++i];
+      if (i + 1 < argc) {
+        ++i;
+        found = Found{argv[i], i, 0};
+      }
     } else if (std::strncmp(arg, "--file=", 7) == 0) {
-      file = arg + 7;
+      found = Found{arg + 7, i, 7};
     } else if (std::strncmp(arg, "-f", 2) == 0 && arg[2] != '\0') {
-      file = arg + 2;
+      found = Found{arg + 2, i, 2};
     } else if (std::strcmp(arg, "--lock-timeout") == 0) {
       ++i;
     }
   }
-  if (!file) {
+  if (!found) {
     const char* env = std::getenv("Q_FILE");
-    if (env && *env) file = env;
+    if (env && *env) found = Found{env, -1, 0};
   }
-  if (file && is_nats_location(*file)) return file;
+  if (found && q::is_nats_location(found->location)) return found;
   return std::nullopt;
 }
 
-int hand_over_to_q_nats(int, char** argv, const std::string& location) {
+std::vector<char*> pointers(std::vector<std::string>& args) {
+  std::vector<char*> out;
+  for (auto& a : args) out.push_back(a.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> nats_location_arg(int argc, char** argv) {
+  if (auto found = find_location(argc, argv)) return found->location;
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::string>> move_user_info_to_environment(int argc, char** argv) {
+  auto found = find_location(argc, argv);
+  if (!found) return std::nullopt;
+  q::SplitLocation split = q::split_user_info(found->location);
+  if (!split.user_info || split.user_info->user.empty()) return std::nullopt;
+  ::setenv("NATS_USER", split.user_info->user.c_str(), 1);
+  if (split.user_info->password)
+    ::setenv("NATS_PASSWORD", split.user_info->password->c_str(), 1);
+  else
+    ::unsetenv("NATS_PASSWORD");
+  ::unsetenv("NATS_CREDS");
+  ::unsetenv("NATS_NKEY");
+  std::vector<std::string> args(argv, argv + argc);
+  if (found->index < 0)
+    ::setenv("Q_FILE", split.rest.c_str(), 1);
+  else
+    args[found->index] = args[found->index].substr(0, found->offset) + split.rest;
+  return args;
+}
+
+int hand_over_to_q_nats(int argc, char** argv, const std::string& location) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (auto moved = move_user_info_to_environment(argc, argv)) args = *moved;
+  std::vector<char*> new_argv = pointers(args);
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {
     self[n] = '\0';
     std::string beside(self);
     beside = beside.substr(0, beside.rfind('/') + 1) + "q-nats";
-    ::execv(beside.c_str(), argv);
+    ::execv(beside.c_str(), new_argv.data());
   }
-  ::execvp("q-nats", argv);
-  std::cerr << "q: " << location << ": the NATS backend (q-nats) is not installed beside q nor "
+  ::execvp("q-nats", new_argv.data());
+  std::cerr << "q: " << q::redact_location(location)
+            << ": the NATS backend (q-nats) is not installed beside q nor "
             << "on PATH (" << std::strerror(errno) << ")\n";
   return kUnavailable;
+}
+
+void reexec_without_user_info(int argc, char** argv) {
+  auto moved = move_user_info_to_environment(argc, argv);
+  if (!moved) return;
+  std::vector<char*> new_argv = pointers(*moved);
+  ::execv("/proc/self/exe", new_argv.data());
+  // Not re-run (no /proc): go on with the credentials in the environment.
 }
 
 }  // namespace cli

@@ -136,6 +136,9 @@ _q() {
       set\ *) mapfile -t COMPREPLY < <(compgen -W "${value#set }" -- "$cur") ;;
       file)
         mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+        # A queue's location may be a NATS cluster (q(1)).
+        [[ $opt == -f || $opt == --file ]] &&
+          mapfile -t -O "${#COMPREPLY[@]}" COMPREPLY < <(compgen -W 'nats:// tls://' -- "$cur")
         compopt -o filenames 2>/dev/null ;;
       queue) mapfile -t COMPREPLY < <(compgen -W "$(_q_queues "$1" "$file")" -- "$cur") ;;
     esac

@@ -63,8 +63,11 @@ constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
 class NatsBroker final : public Broker {
  public:
-  NatsBroker(const nats::Location& location, Millis timeout, const Clock* clock)
-      : client_(location, timeout), names_{location.ns}, clock_(clock ? clock : &system_clock_) {
+  NatsBroker(const nats::Location& location, const NatsCredentials& credentials, Millis timeout,
+             const Clock* clock)
+      : client_(location, credentials, timeout),
+        names_{location.ns},
+        clock_(clock ? clock : &system_clock_) {
     replicas_ = std::min(3, client_.cluster_size());
     leases_.use_groups(&groups_);
     leases_.use_counters(&counters_);
@@ -1121,8 +1124,8 @@ void NatsBroker::do_backup(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<Broker> open_nats_broker(const NatsOpenOptions& options) {
-  return std::make_unique<NatsBroker>(nats::parse_location(options.location), options.timeout,
-                                      options.clock);
+  return std::make_unique<NatsBroker>(nats::parse_location(options.location), options.credentials,
+                                      options.timeout, options.clock);
 }
 
 }  // namespace q

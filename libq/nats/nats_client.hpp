@@ -15,15 +15,21 @@
 
 #include "clock.hpp"
 #include "error.hpp"
+#include "location.hpp"
+#include "nats_broker.hpp"
 
 namespace q::nats {
 
-// nats://h1:p1,h2:p2/NAMESPACE, parsed. Hosts without a port get 4222.
+// nats://[USER:PASSWORD@]h1:p1,h2:p2/NAMESPACE (or tls://...), parsed. Hosts
+// without a port get 4222.
 struct Location {
-  std::vector<std::string> servers;  // "nats://host:port" (with user:pass@ when given)
-  std::string ns;                    // 1 to 32 of letters, digits, '-'
+  std::vector<std::string> servers;   // "nats://host:port" or "tls://host:port", no user info
+  std::string ns;                     // 1 to 32 of letters, digits, '-'
+  bool tls = false;                   // tls://: TLS required
+  std::optional<UserInfo> user_info;  // USER:PASSWORD@ or TOKEN@, percent-decoded
+  std::string shown;                  // the location as printed (redact_location)
 };
-// Throws Error(Usage) naming the location and what is wrong with it.
+// Throws Error(Usage) naming the location (redacted) and what is wrong with it.
 Location parse_location(const std::string& location);
 
 // A name for JetStream (stream names, subject tokens, KV keys) from a q name
@@ -60,7 +66,7 @@ class Client {
  public:
   // Connects to the location's servers; `timeout` bounds every retried call
   // (a node down, a leader election) before Error(Busy).
-  Client(const Location& location, Millis timeout);
+  Client(const Location& location, const NatsCredentials& credentials, Millis timeout);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -129,6 +135,14 @@ class Client {
  private:
   Location location_;
   Millis timeout_;
+  std::string nkey_seed_;  // NATS_NKEY's seed, for the signature callback
+  std::string login_;      // the credentials used, named for errors (no secret)
+  void set_credentials(const NatsCredentials& credentials);
+  [[noreturn]] void connect_failed(natsStatus s) const;
+  // The last "Permissions Violation" the server sent (asynchronously), empty
+  // when none: a refused request then only times out.
+  std::string permission_violation() const;
+  std::unique_ptr<struct PermissionLog> violations_;
   natsOptions* opts_ = nullptr;
   natsConnection* nc_ = nullptr;
   jsCtx* js_ = nullptr;

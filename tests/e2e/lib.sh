@@ -27,7 +27,7 @@
 #                         its own N; the seed is printed at the start of each test
 #   wait_for SECONDS CMD...   run CMD until it succeeds; 1 after SECONDS (poll, no
 #                         fixed sleep; the limit scales with Q_TEST_TIME_SCALE)
-#   $Q_TEST_LOCATION      when set to a nats:// location (nats://HOST:PORT,.../ANY),
+#   $Q_TEST_LOCATION      when set to a nats:// or tls:// location (nats://HOST:PORT,.../ANY),
 #                         the test runs against that cluster: Q_FILE is the same
 #                         servers with a namespace of this test's own, so tests
 #                         (and runs) never see each other's queues
@@ -110,12 +110,12 @@ unset Q_NO_SYNC Q_LOCK_TIMEOUT XDG_DATA_HOME
 export HOME=$T/home
 mkdir -p "$HOME"
 export Q_FILE=$T/test.q
-if [[ ${Q_TEST_LOCATION:-} == nats://* ]]; then
+if [[ ${Q_TEST_LOCATION:-} == nats://* || ${Q_TEST_LOCATION:-} == tls://* ]]; then
   # A namespace of this test's own: 1-32 letters, digits and '-'.
   _ns=$(printf '%s' "${TEST_NAME#test_}" | tr -c 'a-zA-Z0-9' '-' | cut -c1-16)
   export Q_FILE="${Q_TEST_LOCATION%/*}/t-$_ns-$$-$((SRANDOM % 100000))"
 fi
-on_nats() { [[ $Q_FILE == nats://* ]]; }
+on_nats() { [[ $Q_FILE == nats://* || $Q_FILE == tls://* ]]; }
 # What the NATS backend does not have (yet); empty: every feature is there.
 _NATS_LACKS=" "
 nats_lacks() { on_nats && [[ $_NATS_LACKS == *" $1 "* ]]; }
