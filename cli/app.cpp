@@ -158,6 +158,13 @@ CLI::App* named_command(CLI::App& app, int argc, char** argv, std::string* unkno
   return at;
 }
 
+// The commands run() adds (only the one named is declared, so an unknown
+// one finds none declared to compare with).
+const std::vector<std::string> kCommands = {
+    "create", "config", "send",  "receive", "ack",    "work",   "extend", "nack",
+    "peek",   "show",   "pause", "resume",  "stats",  "list",   "dlq",    "redrive",
+    "top",    "check",  "purge", "delete",  "export", "import", "backup", "verify"};
+
 std::vector<std::string> subcommand_names(CLI::App* at) {
   std::vector<std::string> names;
   for (auto* sub : at->get_subcommands([](CLI::App* a) { return !a->get_group().empty(); }))
@@ -181,7 +188,8 @@ std::vector<std::string> option_names(CLI::App* at) {
 std::string parse_message(CLI::App* at, const CLI::ParseError& e) {
   const std::string what = e.what(), kind = e.get_name();
   std::smatch m;
-  if (kind == "ExtrasError") {
+  // (Raised by a subcommand, CLI11 names the error after the subcommand.)
+  if (kind == "ExtrasError" || what.rfind("The following argument", 0) == 0) {
     // "The following argument(s) was/were not expected: A B" (last first).
     auto colon = what.find(": ");
     std::vector<std::string> args;
@@ -263,7 +271,7 @@ std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::Pa
   CLI::App* at = named_command(app, argc, argv, &unknown);
   if (!command.empty() && !at)
     return fmt::format("unknown command '{}'{} (see 'q --help')", command,
-                       did_you_mean(similar_names(command, subcommand_names(&app))));
+                       did_you_mean(similar_names(command, kCommands)));
   if (argc <= 1) return "a command is required (see 'q --help')";
   std::string path = command_path(at);
   if (!unknown.empty()) {

@@ -143,7 +143,7 @@ TEST_F(WorkerPolicyTest, AFailureAtTheLastAllowedReceiveIsDeadLetteredThere) {
   auto stats = broker_->stats("jobs").at(0);
   EXPECT_EQ(stats.counters.nacked, 1u);
   EXPECT_EQ(stats.counters.dead_lettered, 1u);
-  EXPECT_EQ(stats.dead_letters, 1u);
+  EXPECT_EQ(stats.dead, 1u);
   auto dead = broker_->dead_letters("jobs", 10);
   ASSERT_EQ(dead.size(), 1u);
   EXPECT_EQ(dead[0].reason, "exit status 1: still down");
