@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <regex>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "lmdb_broker.hpp"
 #include "output.hpp"
 #include "records.hpp"
+#include "suggest.hpp"
 
 namespace cli {
 
@@ -131,8 +133,9 @@ std::string command_name(int argc, char** argv) {
   return {};
 }
 
-// The deepest command named on the command line: "q dlq list".
-CLI::App* named_command(CLI::App& app, int argc, char** argv) {
+// The deepest command named on the command line: "q dlq list". `unknown`:
+// the word after it, when that names no subcommand of one that needs one.
+CLI::App* named_command(CLI::App& app, int argc, char** argv, std::string* unknown = nullptr) {
   CLI::App* at = &app;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -148,7 +151,10 @@ CLI::App* named_command(CLI::App& app, int argc, char** argv) {
     } catch (const CLI::OptionNotFound&) {
     }
     if (!sub || sub->get_group().empty()) {
-      if (at != &app) break;
+      if (at != &app) {
+        if (unknown && at->get_require_subcommand_min() > 0) *unknown = arg;
+        break;
+      }
       return nullptr;  // an unknown command
     }
     at = sub;
@@ -156,15 +162,140 @@ CLI::App* named_command(CLI::App& app, int argc, char** argv) {
   return at;
 }
 
+// The commands run() adds (only the one named is declared, so an unknown
+// one finds none declared to compare with).
+const std::vector<std::string> kCommands = {
+    "create", "config", "send",  "receive", "ack",    "work",   "extend", "nack",
+    "peek",   "show",   "pause", "resume",  "stats",  "list",   "dlq",    "redrive",
+    "top",    "check",  "purge", "delete",  "export", "import", "backup", "verify"};
+
+std::vector<std::string> subcommand_names(CLI::App* at) {
+  std::vector<std::string> names;
+  for (auto* sub : at->get_subcommands([](CLI::App* a) { return !a->get_group().empty(); }))
+    names.push_back(sub->get_name());
+  return names;
+}
+
+// The options a command takes, with those of the commands above it (q's
+// global options).
+std::vector<std::string> option_names(CLI::App* at) {
+  std::vector<std::string> names;
+  for (CLI::App* app = at; app; app = app->get_parent())
+    for (const auto* opt : app->get_options()) {
+      for (const auto& l : opt->get_lnames()) names.push_back("--" + l);
+      for (const auto& s : opt->get_snames()) names.push_back("-" + s);
+    }
+  return names;
+}
+
+// CLI11's words, in q's: naming the flag, what was typed and what it takes.
+std::string parse_message(CLI::App* at, const CLI::ParseError& e) {
+  const std::string what = e.what(), kind = e.get_name();
+  std::smatch m;
+  // (Raised by a subcommand, CLI11 names the error after the subcommand.)
+  if (kind == "ExtrasError" || what.rfind("The following argument", 0) == 0) {
+    // "The following argument(s) was/were not expected: A B" (last first).
+    auto colon = what.find(": ");
+    std::vector<std::string> args;
+    std::string rest = colon == std::string::npos ? "" : what.substr(colon + 2);
+    for (std::size_t at_ = 0; at_ < rest.size();) {
+      auto space = rest.find(' ', at_);
+      if (space == std::string::npos) space = rest.size();
+      args.insert(args.begin(), rest.substr(at_, space - at_));
+      at_ = space + 1;
+    }
+    if (args.empty()) return what;
+    const std::string& arg = args.front();
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::string name = arg.substr(0, arg.find('='));
+      return fmt::format("unknown option '{}'{}", name,
+                         did_you_mean(similar_names(name, option_names(at))));
+    }
+    return fmt::format("unexpected argument '{}'{}", arg,
+                       args.size() > 1 ? fmt::format(" (and {} more)", args.size() - 1) : "");
+  }
+  if (kind == "ConversionError") {
+    static const std::regex convert("^Could not convert: (\\S+) = (.*)$");
+    static const std::regex allowed("^The value (.*) is not an allowed value for (\\S+)$");
+    if (std::regex_match(what, m, convert)) {
+      std::string name = m[1], type = "a value";
+      if (const CLI::Option* opt = at->get_option_no_throw(name)) {
+        std::string t = opt->get_type_name();
+        type = t == "N" ? "a whole number (N)" : "a valid " + t;
+      }
+      return fmt::format("{} '{}': not {}", name, m[2].str(), type);
+    }
+    if (std::regex_match(what, m, allowed))
+      return fmt::format("{} '{}': not one of the values it takes", m[2].str(), m[1].str());
+    if (what.find(": Should be true/false") != std::string::npos)
+      return fmt::format("{}: takes true or false, or no value", what.substr(0, what.find(':')));
+    return what;
+  }
+  if (kind == "RequiredError") {
+    if (what == "A subcommand is required") {
+      std::string list;
+      for (const auto& n : subcommand_names(at)) list += (list.empty() ? "" : ", ") + n;
+      return fmt::format("a command is required after '{}': {}", command_path(at), list);
+    }
+    static const std::regex required("^(\\S+) is required$");
+    if (std::regex_match(what, m, required)) return fmt::format("missing {}", m[1].str());
+    return what;
+  }
+  if (kind == "ArgumentMismatch") {
+    static const std::regex missing("^(\\S+): \\d+ required (\\S+) missing$");
+    if (std::regex_match(what, m, missing))
+      return fmt::format("{} needs a value ({})", m[1].str(), m[2].str());
+    return what;
+  }
+  if (kind == "ValidationError") {
+    static const std::regex range("^(\\S+): Value (\\S+) not in range (\\S+) to (\\S+)$");
+    if (std::regex_match(what, m, range))
+      return fmt::format("{} '{}': must be from {} to {}", m[1].str(), m[2].str(), m[3].str(),
+                         m[4].str());
+    return what;
+  }
+  if (kind == "ExcludesError") {
+    static const std::regex excludes("^(\\S+) excludes (\\S+)$");
+    if (std::regex_match(what, m, excludes))
+      return fmt::format("{} and {} cannot be used together", m[1].str(), m[2].str());
+  }
+  if (kind == "RequiresError") {
+    static const std::regex requires_("^(\\S+) requires (\\S+)$");
+    if (std::regex_match(what, m, requires_))
+      return fmt::format("{} needs {}", m[1].str(), m[2].str());
+  }
+  return what;
+}
+
 // "q CMD: what is wrong (see 'q CMD --help')". CLI11 only says "A subcommand
 // is required" for a mistyped command.
 std::string parse_error_text(CLI::App& app, int argc, char** argv, const CLI::ParseError& e) {
   std::string command = command_name(argc, argv);
-  CLI::App* at = named_command(app, argc, argv);
-  if (!command.empty() && !at) return fmt::format("unknown command '{}' (see 'q --help')", command);
+  std::string unknown;
+  CLI::App* at = named_command(app, argc, argv, &unknown);
+  if (!command.empty() && !at)
+    return fmt::format("unknown command '{}'{} (see 'q --help')", command,
+                       did_you_mean(similar_names(command, kCommands)));
   if (argc <= 1) return "a command is required (see 'q --help')";
   std::string path = command_path(at);
-  return fmt::format("{} (see '{} --help')", e.what(), path);
+  if (!unknown.empty()) {
+    std::string sub = path.substr(path.find(' ') + 1);
+    std::vector<std::string> close;
+    for (auto& n : similar_names(unknown, subcommand_names(at))) close.push_back(sub + " " + n);
+    return fmt::format("unknown command '{} {}'{} (see '{} --help')", sub, unknown,
+                       did_you_mean(close), path);
+  }
+  return fmt::format("{} (see '{} --help')", parse_message(at, e), path);
+}
+
+// For "no such queue": the queues of the file whose names are close.
+std::vector<std::string> similar_queues(const Context& ctx, const q::Error& e) {
+  if (e.remedy() != q::Remedy::CreateQueue || e.queue().empty()) return {};
+  try {
+    return similar_names(e.queue(), ctx.open_for_reading()->list_queues());
+  } catch (const q::Error&) {
+    return {};  // the hint is a courtesy: the error itself is what matters
+  }
 }
 
 }  // namespace
@@ -258,7 +389,7 @@ int run(int argc, char** argv) {
       return kUsage;
     }
   } catch (const q::Error& e) {
-    print_error(error_text(e));
+    print_error(error_text(e, similar_queues(ctx, e)));
     return exit_code(e.kind());
   } catch (const std::bad_alloc&) {
     std::cerr << error_prefix_text() << ": out of memory\n";

@@ -24,18 +24,18 @@ void run_ack(const AckFlags& f, Context& ctx) {
     // A person at a terminal who forgot the receipt would wait for nothing.
     if (isatty(STDIN_FILENO))
       throw q::Error(q::ErrorKind::Usage,
-                     "ack: no receipts given: pass them as arguments or one a line on standard "
+                     "no receipts given: pass them as arguments or one a line on standard "
                      "input (which is a terminal)");
     for (auto& line : split_records(read_stdin(), '\n'))
       if (!line.empty()) receipts.push_back(std::move(line));
     if (receipts.empty())
-      throw q::Error(q::ErrorKind::Usage, "ack: no receipts given: standard input was empty");
+      throw q::Error(q::ErrorKind::Usage, "no receipts given: standard input was empty");
   }
   auto results = ctx.open()->ack(f.queue, receipts);
   bool stale = false, malformed = false;
   for (const auto& r : results) {
     if (r.outcome == q::ReceiptOutcome::Done) continue;
-    print_error("ack: " + r.detail);
+    print_error(r.detail);
     stale |= r.outcome == q::ReceiptOutcome::Stale;
     malformed |= r.outcome == q::ReceiptOutcome::Malformed;
   }

@@ -31,7 +31,9 @@ void add_settings(CLI::App* cmd, SettingsFlags& f) {
                   "Refuse sends beyond this many waiting messages, exit 75 (default 0: "
                   "unlimited)")
       ->type_name("N");
-  cmd->add_option("--max-size", f.max_size, "Largest body in bytes (default 1048576)")
+  cmd->add_option("--max-size", f.max_size,
+                  "Largest body: bytes, or 512K, 10M, 1MiB (binary), 10MB (decimal) (default "
+                  "1048576, 1M)")
       ->type_name("BYTES");
   cmd->add_option("--dedup-window", f.dedup_window,
                   "How long a --dedup-id is remembered (default 5m)")

@@ -19,7 +19,7 @@ void run_delete(const EmptyQueueFlags& f, Context& ctx) {
   if (!may_destroy(f.destructive, ctx,
                    {fmt::format("would delete queue {} ({})", f.queue, counts),
                     fmt::format("delete queue {} ({})?", f.queue, counts),
-                    fmt::format("delete: queue {} was not deleted", f.queue)}))
+                    fmt::format("queue {} was not deleted", f.queue)}))
     return;
   auto removed = broker->delete_queue(f.queue);
   print_error(fmt::format("deleted queue {} ({}, {})", f.queue,

@@ -3,6 +3,8 @@
 #include <iostream>
 #include <map>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -23,7 +25,7 @@ namespace {
 struct DlqListFlags {
   std::string queue;
   std::size_t max = SIZE_MAX;
-  bool json = false, by_reason = false;
+  bool json = false, by_reason = false, wide = false;
   std::optional<std::string> by;
   DeadFilterFlags filter;
 };
@@ -33,6 +35,14 @@ struct Group {
   q::Millis first = INT64_MAX, last = INT64_MIN;  // dead_at
   std::size_t order = 0;                          // first seen, to break ties
 };
+
+// How much of a reason a table shows: all of it with --wide or in a pipe
+// (0: no cut); on a terminal, what its width leaves beside the other columns.
+std::size_t reason_width(const DlqListFlags& f, std::size_t others, std::size_t least) {
+  if (f.wide || !isatty(STDOUT_FILENO)) return 0;
+  std::size_t columns = terminal_columns(STDOUT_FILENO);
+  return columns > others + least ? columns - others : least;
+}
 
 void run_list(const DlqListFlags& f, Context& ctx) {
   DeadFilter filter(f.filter);
@@ -70,6 +80,7 @@ void run_list(const DlqListFlags& f, Context& ctx) {
     const char* field = by->kind == GroupBy::Exit        ? "exit"
                         : by->kind == GroupBy::Attribute ? "value"
                                                          : "reason";
+    const std::size_t width = reason_width(f, 30, 60);
     Table t;
     t.row({"COUNT", "FIRST", "LAST",
            by->kind == GroupBy::Exit        ? "EXIT"
@@ -83,7 +94,7 @@ void run_list(const DlqListFlags& f, Context& ctx) {
         ctx.out += o.time("first_dead_at", g.first).time("last_dead_at", g.last).done() + "\n";
       } else {
         t.row({std::to_string(g.count), short_duration(now - g.first) + " ago",
-               short_duration(now - g.last) + " ago", text_escape(key, 100)});
+               short_duration(now - g.last) + " ago", text_escape(key, width)});
       }
     }
     if (!f.json && !sorted.empty()) ctx.out += t.render();
@@ -94,12 +105,95 @@ void run_list(const DlqListFlags& f, Context& ctx) {
     return;
   }
   if (letters.empty()) return;
+  const std::size_t width = reason_width(f, 80, 40);
   Table t;
   t.row({"ID", "AGE", "DEAD FOR", "RECEIVES", "REASON", "BODY"});
   for (const auto& m : letters)
     t.row({m.id, short_duration(now - m.sent_at), short_duration(now - m.dead_at.value_or(now)),
-           std::to_string(m.receive_count), text_escape(m.reason, 40), text_escape(m.body, 40)});
+           std::to_string(m.receive_count), text_escape(m.reason, width), text_escape(m.body, 40)});
   ctx.out += t.render();
+}
+
+struct DeleteFlags {
+  std::string queue;
+  std::vector<std::string> ids;
+  std::optional<std::uint64_t> max;
+  DeadFilterFlags filter;
+  DestructiveFlags destructive;
+};
+
+// The ids `dlq delete` was given: as arguments, else one a line on stdin.
+std::vector<std::string> ids_to_delete(const DeleteFlags& f, bool filtered) {
+  if (!f.ids.empty() || filtered) return f.ids;
+  // A person at a terminal who forgot the ids would wait for nothing.
+  if (isatty(STDIN_FILENO))
+    throw q::Error(q::ErrorKind::Usage,
+                   "no ids given: pass them as arguments, one a line on standard "
+                   "input (which is a terminal), or select with --reason/--since");
+  std::vector<std::string> ids;
+  for (auto& line : split_records(read_stdin(), '\n'))
+    if (!line.empty()) ids.push_back(std::move(line));
+  if (ids.empty()) throw q::Error(q::ErrorKind::Usage, "no ids given: standard input was empty");
+  return ids;
+}
+
+void run_delete(const DeleteFlags& f, Context& ctx) {
+  DeadFilter filter(f.filter);
+  std::vector<std::string> ids = ids_to_delete(f, filter.active() || f.max);
+  auto broker = ctx.open();
+  // What is there to delete: chosen as redrive chooses (the named ids, or
+  // all, oldest first, that --reason and --since match, at most --max).
+  std::vector<std::string> found, missing;
+  if (filter.active() || f.max) {
+    q::Millis now = ctx.clock().now();
+    broker->each_dead_letter(f.queue, [&](const q::Message& m) {
+      if (f.max && found.size() >= *f.max) return false;
+      if (!ids.empty() && std::find(ids.begin(), ids.end(), m.id) == ids.end()) return true;
+      if (filter.matches(m, now)) found.push_back(m.id);
+      return true;
+    });
+    if (found.empty()) {
+      print_error(fmt::format("no dead letters of {} matched; nothing was deleted", f.queue));
+      ctx.exit = kEmpty;
+      return;
+    }
+  } else {
+    for (const auto& id : ids) {
+      if (std::find(found.begin(), found.end(), id) != found.end() ||
+          std::find(missing.begin(), missing.end(), id) != missing.end())
+        continue;
+      (broker->find_dead_letter(f.queue, id) ? found : missing).push_back(id);
+    }
+  }
+  if (f.destructive.dry_run) {
+    for (const auto& id : found) ctx.out += fmt::format("would delete dead letter {}\n", id);
+    for (const auto& id : missing)
+      print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
+    print_error(
+        fmt::format("would delete {} of {}", q::plural(found.size(), "dead letter"), f.queue));
+    if (!missing.empty()) ctx.exit = kNoInput;
+    return;
+  }
+  if (!confirmed(f.destructive, fmt::format("delete {} of {}?",
+                                            q::plural(found.size(), "dead letter"), f.queue))) {
+    print_error(fmt::format("nothing was deleted from {}", f.queue));
+    ctx.exit = kEmpty;
+    return;
+  }
+  std::vector<std::string> gone;
+  if (!found.empty()) gone = broker->delete_dead_letters(f.queue, found);
+  std::size_t deleted = 0;
+  for (const auto& id : found)
+    if (std::find(gone.begin(), gone.end(), id) == gone.end()) {
+      ctx.out += fmt::format("deleted dead letter {}\n", id);
+      ++deleted;
+    }
+  // Redriven, deleted or expired since it was chosen: as if not found.
+  missing.insert(missing.end(), gone.begin(), gone.end());
+  for (const auto& id : missing)
+    print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
+  print_error(fmt::format("deleted {} of {}", q::plural(deleted, "dead letter"), f.queue));
+  if (!missing.empty()) ctx.exit = kNoInput;
 }
 
 }  // namespace
@@ -119,10 +213,12 @@ void add_dlq(CLI::App& app, Context& ctx) {
       ->type_name("N")
       ->check(CLI::Range(std::size_t{1}, SIZE_MAX));
   list->add_flag("--json", f->json, "One JSON object a line with the whole record");
+  list->add_flag("--wide", f->wide,
+                 "Whole reasons on a terminal too (in a pipe they are never cut)");
   list->add_flag("--by-reason", f->by_reason,
                  "Group the dead letters that failed the same way: count, first and last "
-                 "dead-lettered, per reason with numbers, ids and hex runs masked (same as "
-                 "--by reason)");
+                 "dead-lettered, per exit status and first and last stderr line, with status "
+                 "codes kept and other numbers, ids, hex and paths masked (same as --by reason)");
   list->add_option("--by", f->by,
                    "Group by reason, exit (q work's exit status) or attr:KEY (an attribute's "
                    "value), most first")
@@ -148,57 +244,19 @@ void add_dlq(CLI::App& app, Context& ctx) {
     ctx.out += show_flags->json ? message_json(*m, true) : m->body;
   });
 
-  struct DeleteFlags {
-    std::string queue;
-    std::vector<std::string> ids;
-    DestructiveFlags destructive;
-  };
   auto delete_flags = std::make_shared<DeleteFlags>();
   auto* del = dlq->add_subcommand(
       "delete",
-      "Discard the dead letters named (after inspection); prints what it removed. "
-      "Exit 66 if any id was not found");
+      "Discard dead letters: those named, those --reason/--since select (as for "
+      "redrive), or ids from stdin, one a line; prints what it removed. Exit 66 if "
+      "a named id was not found");
   del->add_option("QUEUE", delete_flags->queue, "Queue of the dead letters")->required();
-  del->add_option("ID", delete_flags->ids, "Message ids")->required();
+  del->add_option("ID", delete_flags->ids,
+                  "Message ids; none and no --reason/--since: read them from stdin, one a line");
+  add_dead_filter_flags(del, delete_flags->filter);
+  del->add_option("-n,--max", delete_flags->max, "Delete at most N")->type_name("N");
   add_destructive_flags(del, delete_flags->destructive);
-  del->callback([delete_flags, &ctx] {
-    const auto& f = *delete_flags;
-    auto broker = ctx.open();
-    if (f.destructive.dry_run || !f.destructive.yes) {
-      // What is there to delete: for --dry-run and for the question.
-      std::vector<std::string> found;
-      for (const auto& id : f.ids)
-        if (std::find(found.begin(), found.end(), id) == found.end() &&
-            broker->find_dead_letter(f.queue, id))
-          found.push_back(id);
-      if (f.destructive.dry_run) {
-        for (const auto& id : found) ctx.out += fmt::format("would delete dead letter {}\n", id);
-        for (const auto& id : f.ids)
-          if (std::find(found.begin(), found.end(), id) == found.end()) {
-            print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
-            ctx.exit = kNoInput;
-          }
-        return;
-      }
-      if (!confirmed(f.destructive, fmt::format("delete {} of {}?",
-                                                q::plural(found.size(), "dead letter"), f.queue))) {
-        print_error(fmt::format("dlq delete: nothing was deleted from {}", f.queue));
-        ctx.exit = kEmpty;
-        return;
-      }
-    }
-    auto missing = broker->delete_dead_letters(f.queue, f.ids);
-    std::size_t deleted = 0;
-    for (const auto& id : f.ids)
-      if (std::find(missing.begin(), missing.end(), id) == missing.end()) {
-        ctx.out += fmt::format("deleted dead letter {}\n", id);
-        ++deleted;
-      }
-    for (const auto& id : missing)
-      print_error(fmt::format("queue {}: no dead letter {}", f.queue, id));
-    print_error(fmt::format("deleted {} of {}", q::plural(deleted, "dead letter"), f.queue));
-    if (!missing.empty()) ctx.exit = kNoInput;
-  });
+  del->callback([delete_flags, &ctx] { run_delete(*delete_flags, ctx); });
 
   auto purge_flags = std::make_shared<EmptyQueueFlags>();
   auto* purge = dlq->add_subcommand("purge",
@@ -214,7 +272,7 @@ void add_dlq(CLI::App& app, Context& ctx) {
             f.destructive, ctx,
             {fmt::format("would purge {} from {}", q::plural(dead, "dead letter"), f.queue),
              fmt::format("purge {} from {}?", q::plural(dead, "dead letter"), f.queue),
-             fmt::format("dlq purge: nothing was purged from {}", f.queue)}))
+             fmt::format("nothing was purged from {}", f.queue)}))
       return;
     auto removed = broker->purge_dead_letters(f.queue);
     print_error(fmt::format("purged {} from {}", q::plural(removed, "dead letter"), f.queue));

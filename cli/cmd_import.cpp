@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -136,12 +137,45 @@ void each_line(std::size_t max_line,
   if (!line.empty()) each(line, number);
 }
 
+// The progress of an import on a terminal: the messages read so far, at
+// most once a second, then that they are being imported, then the count.
+class Progress {
+ public:
+  Progress(std::string queue, bool terminal) : queue_(std::move(queue)), terminal_(terminal) {}
+
+  void reading(std::size_t read) {
+    if (!terminal_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    show(fmt::format("q import {}: read {}", queue_, q::plural(read, "message")));
+  }
+  void importing(std::size_t n) {
+    if (!terminal_ || n == 0) return;
+    show(fmt::format("q import {}: importing {}...", queue_, q::plural(n, "message")));
+  }
+  void done(std::size_t n) {
+    if (!terminal_) return;
+    show(fmt::format("q import {}: imported {}\n", queue_, q::plural(n, "message")));
+  }
+
+ private:
+  void show(const std::string& line) {
+    std::string text = "\r\033[K" + line;
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, text.data(), text.size());
+  }
+  std::string queue_;
+  bool terminal_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
 }  // namespace
 
 void add_import(CLI::App& app, Context& ctx) {
   auto queue = std::make_shared<std::string>();
   auto create = std::make_shared<bool>(false);
   auto skip_existing = std::make_shared<bool>(false);
+  auto quiet = std::make_shared<bool>(false);
   if (!ctx.wants("import")) return;
   auto* cmd = app.add_subcommand(
       "import",
@@ -152,25 +186,31 @@ void add_import(CLI::App& app, Context& ctx) {
   cmd->add_flag("--skip-existing", *skip_existing,
                 "Leave out a message whose id is already a live or dead message of QUEUE, so a "
                 "repeated import adds nothing (count on stderr)");
-  cmd->callback([queue, create, skip_existing, &ctx] {
+  cmd->add_flag("-q,--quiet", *quiet, "Print no ids");
+  cmd->callback([queue, create, skip_existing, quiet, &ctx] {
     auto broker = ctx.open(*create);
     const std::size_t max_line = longest_line(*broker, *queue, *create);
+    // On a terminal (never in a pipe or a log), a line that says how far it is.
+    Progress progress(*queue, isatty(STDERR_FILENO) != 0);
     std::vector<q::Message> messages;
     each_line(max_line, [&](const std::string& line, std::size_t number) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) return;
       messages.push_back(parse_line(line, number));
+      progress.reading(messages.size());
     });
     std::set<std::string> given;
     for (const auto& m : messages) given.insert(m.id);
+    progress.importing(messages.size());
     auto ids = broker->import_messages(*queue, std::move(messages), *create, *skip_existing);
-    for (const auto& id : ids) ctx.out += id + "\n";
+    progress.done(ids.size());
+    if (!*quiet)
+      for (const auto& id : ids) ctx.out += id + "\n";
     if (*skip_existing) {
       std::set<std::string> stored(ids.begin(), ids.end());
       std::size_t skipped = 0;
       for (const auto& id : given) skipped += !id.empty() && !stored.count(id);
       if (skipped > 0)
-        print_error(
-            fmt::format("import: skipped {} already in {}", q::plural(skipped, "message"), *queue));
+        print_error(fmt::format("skipped {} already in {}", q::plural(skipped, "message"), *queue));
     }
   });
 }

@@ -21,7 +21,7 @@ void run_purge(const EmptyQueueFlags& f, Context& ctx) {
                        q::plural(n, "message"), f.queue, s.visible, s.in_flight, s.delayed,
                        q::plural(s.dead, "dead letter")),
            fmt::format("purge {} from {} (dead letters stay)?", q::plural(n, "message"), f.queue),
-           fmt::format("purge: nothing was purged from {}", f.queue)}))
+           fmt::format("nothing was purged from {}", f.queue)}))
     return;
   auto removed = broker->purge(f.queue);
   print_error(fmt::format("purged {} from {}", q::plural(removed, "message"), f.queue));

@@ -7,6 +7,7 @@
 #include "holder.hpp"
 #include "input.hpp"
 #include "output.hpp"
+#include "timefmt.hpp"
 
 namespace cli {
 namespace {
@@ -33,9 +34,19 @@ void run_receive(const ReceiveFlags& f, Context& ctx) {
                                  *f.holder));
   }
 
-  auto messages = ctx.open()->receive(f.queue, options);
+  auto broker = ctx.open();
+  auto messages = broker->receive(f.queue, options);
   if (messages.empty()) {
     ctx.exit = kEmpty;
+    // A paused queue must not look like an empty one: say so (exit 1 all the same).
+    auto stats = broker->stats(f.queue);
+    if (!stats.empty() && stats[0].pause) {
+      const q::Pause& p = *stats[0].pause;
+      print_error(fmt::format(
+          "queue {} is paused{}{}; nothing was received ('q resume {}' ends it)", f.queue,
+          p.until ? " until " + q::format_time(p.until) : std::string(" until resumed"),
+          p.reason.empty() ? std::string() : ": " + p.reason, f.queue));
+    }
     return;
   }
   for (const auto& m : messages) {

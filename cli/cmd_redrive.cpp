@@ -1,5 +1,8 @@
 // q redrive QUEUE [--id ID]... [--reason REGEX] [--since DUR] [--max N]
 //                 [--rate N/s] [--to QUEUE] [--dry-run]
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -12,6 +15,8 @@
 #include "dead_filter.hpp"
 #include "input.hpp"
 #include "output.hpp"
+#include "stop_signals.hpp"
+#include "timefmt.hpp"
 
 namespace cli {
 namespace {
@@ -23,6 +28,46 @@ struct RedriveFlags {
   std::optional<std::string> rate;
   bool dry_run = false, json = false;
   DeadFilterFlags filter;
+};
+
+// On a terminal: how far a trickle is, its rate and when it will be done.
+class Trickle {
+ public:
+  Trickle(std::string queue, std::size_t total, bool terminal)
+      : queue_(std::move(queue)),
+        total_(total),
+        terminal_(terminal),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void show(std::size_t done, std::size_t moved) {
+    if (!terminal_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(250) && done < total_) return;
+    last_ = now;
+    double seconds = std::chrono::duration<double>(now - start_).count();
+    double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
+    std::string eta =
+        rate > 0 ? q::format_duration(
+                       static_cast<q::Millis>(static_cast<double>(total_ - done) / rate * 1000) /
+                       1000 * 1000)
+                 : "-";
+    write(fmt::format("\r\033[Kq redrive {}: moved {} of {} | {:.1f}/s | done in {}", queue_, moved,
+                      total_, rate, eta));
+    shown_ = true;
+  }
+  void clear() {
+    if (shown_) write("\r\033[K");
+    shown_ = false;
+  }
+
+ private:
+  static void write(const std::string& text) {
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, text.data(), text.size());
+  }
+  std::string queue_;
+  std::size_t total_;
+  bool terminal_, shown_ = false;
+  std::chrono::steady_clock::time_point start_, last_{};
 };
 
 void run_redrive(const RedriveFlags& f, Context& ctx) {
@@ -43,7 +88,7 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
   };
   // Like grep: nothing matched is exit 1, said on stderr.
   auto none = [&] {
-    print_error(fmt::format("redrive: no dead letters of {} {}; nothing was redriven", f.queue,
+    print_error(fmt::format("no dead letters of {} {}; nothing was redriven", f.queue,
                             filter.active() || !f.ids.empty() ? "matched" : "to move"));
     ctx.exit = kEmpty;
   };
@@ -89,9 +134,21 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
   const auto tick = std::chrono::microseconds(static_cast<long long>(1e6 * per_tick / rate));
   auto next = std::chrono::steady_clock::now();
   std::size_t moved = 0;
+  const std::size_t total = options.ids.size();
+  // A trickle takes long: Ctrl-C or a service stop ends it between batches,
+  // saying how far it got (exit 4, partial).
+  install_stop_signals({SIGINT, SIGTERM});
+  Trickle progress(f.queue, total, isatty(STDERR_FILENO) != 0);
   for (std::size_t i = 0; i < options.ids.size(); i += per_tick) {
     std::this_thread::sleep_until(next);
     next += tick;
+    if (stop_signals()) {
+      progress.clear();
+      std::fprintf(stderr, "q redrive: stopped: redrove %zu of %zu dead letters of %s; %zu left\n",
+                   moved, total, f.queue.c_str(), total - moved);
+      ctx.exit = kPartial;
+      return;
+    }
     q::RedriveOptions batch = options;
     // Chosen before the trickle began: one redriven, deleted or expired
     // since is passed over, not a reason to stop.
@@ -115,7 +172,9 @@ void run_redrive(const RedriveFlags& f, Context& ctx) {
       ctx.exit = kIoErr;
       return;
     }
+    progress.show(std::min(total, i + per_tick), moved);
   }
+  progress.clear();
   std::fprintf(stderr, "q redrive: redrove %zu of %zu dead letters of %s\n", moved,
                options.ids.size(), f.queue.c_str());
 }

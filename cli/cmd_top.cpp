@@ -175,7 +175,7 @@ void wait_for_refresh_or_key(q::Millis interval, bool& keys) {
 void run_top(const TopFlags& f, Context& ctx) {
   if (!isatty(STDOUT_FILENO))
     throw q::Error(q::ErrorKind::Usage,
-                   "top: standard output is not a terminal (for logs, use 'q stats --watch')");
+                   "standard output is not a terminal (for logs, use 'q stats --watch')");
   q::Millis interval = duration_flag("--interval", f.interval).value_or(q::kSecond);
   if (interval < 100) throw q::Error(q::ErrorKind::Usage, "--interval: at least 100ms");
   const bool color = std::getenv("NO_COLOR") == nullptr;

@@ -8,7 +8,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -21,8 +23,8 @@ q::Millis duration_flag(const std::string& flag, const std::string& text) {
   auto d = q::parse_duration(text);
   if (!d)
     throw q::Error(q::ErrorKind::Usage,
-                   fmt::format("{} '{}': not a duration (like 500ms, 30s, 5m, 2h, 4d, or "
-                               "seconds)",
+                   fmt::format("{} '{}': not a duration (like 500ms, 1.5s, 30s, 5m, 2h, 4d, "
+                               "1h30m, or seconds)",
                                flag, text));
   return *d;
 }
@@ -33,12 +35,51 @@ std::optional<q::Millis> duration_flag(const std::string& flag,
   return duration_flag(flag, *text);
 }
 
+std::optional<q::Millis> parse_local_time(const std::string& text) {
+  int year, month, day, hour, minute, second = 0, used = 0;
+  char sep = 0;
+  const char* c = text.c_str();
+  bool with_seconds = std::sscanf(c, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &year, &month, &day, &sep, &hour,
+                                  &minute, &second, &used) == 7 &&
+                      static_cast<std::size_t>(used) == text.size();
+  if (!with_seconds) {
+    second = 0;
+    used = 0;
+    if (std::sscanf(c, "%4d-%2d-%2d%c%2d:%2d%n", &year, &month, &day, &sep, &hour, &minute,
+                    &used) != 6 ||
+        static_cast<std::size_t>(used) != text.size())
+      return std::nullopt;
+  }
+  // Exactly the digits of the form: "YYYY-MM-DD HH:MM[:SS]".
+  if (text.size() != (with_seconds ? 19u : 16u) || (sep != ' ' && sep != 'T') ||
+      !std::isdigit(static_cast<unsigned char>(text[0])))
+    return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  tm.tm_isdst = -1;  // the zone's rule for that day
+  std::tm given = tm;
+  std::time_t t = std::mktime(&tm);
+  if (t == static_cast<std::time_t>(-1)) return std::nullopt;
+  // mktime rolls impossible fields over (Feb 30 is Mar 2): refuse them.
+  if (tm.tm_year != given.tm_year || tm.tm_mon != given.tm_mon || tm.tm_mday != given.tm_mday ||
+      tm.tm_min != given.tm_min || tm.tm_sec != given.tm_sec)
+    return std::nullopt;
+  return static_cast<q::Millis>(t) * q::kSecond;
+}
+
 q::Millis time_flag(const std::string& flag, const std::string& text) {
   auto t = q::parse_time(text);
+  if (!t) t = parse_local_time(text);
   if (!t)
     throw q::Error(q::ErrorKind::Usage,
-                   fmt::format("{} '{}': not a time (like 2026-11-30T08:00:00Z or "
-                               "@1790000000)",
+                   fmt::format("{} '{}': not a time (like 2026-11-30T08:00:00Z, "
+                               "2026-11-30T09:00:00+01:00, '2026-11-30 08:00' in local time, "
+                               "or @1790000000)",
                                flag, text));
   return *t;
 }
@@ -104,6 +145,57 @@ std::uint64_t count_flag(const std::string& flag, const std::string& text, std::
     throw q::Error(q::ErrorKind::Usage,
                    fmt::format("{} '{}': not a count from 0 to {}", flag, text, max));
   return value;
+}
+
+std::optional<std::uint64_t> parse_size(const std::string& text) {
+  std::size_t used = decimal_length(text);
+  if (used == 0 || text.find_first_of("eE") < used) return std::nullopt;
+  std::string unit = text.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  // GNU's rule (coreutils' --block-size, dd): K, M, G and KiB, MiB, GiB are
+  // powers of 1024; KB, MB, GB powers of 1000.
+  static const std::pair<const char*, std::uint64_t> units[] = {{"", 1},
+                                                                {"B", 1},
+                                                                {"K", 1ULL << 10},
+                                                                {"KIB", 1ULL << 10},
+                                                                {"KB", 1000},
+                                                                {"M", 1ULL << 20},
+                                                                {"MIB", 1ULL << 20},
+                                                                {"MB", 1000'000},
+                                                                {"G", 1ULL << 30},
+                                                                {"GIB", 1ULL << 30},
+                                                                {"GB", 1000'000'000}};
+  std::uint64_t scale = 0;
+  for (const auto& [name, bytes] : units)
+    if (unit == name) scale = bytes;
+  if (scale == 0) return std::nullopt;
+  std::string number = text.substr(0, used);
+  auto dot = number.find('.');
+  std::string whole = number.substr(0, dot);
+  std::string fraction = dot == std::string::npos ? "" : number.substr(dot + 1);
+  if (whole.size() > 12 || fraction.size() > 9) return std::nullopt;
+  std::uint64_t denominator = 1, numerator = 0;
+  for (char c : fraction) {
+    numerator = numerator * 10 + static_cast<std::uint64_t>(c - '0');
+    denominator *= 10;
+  }
+  std::uint64_t bytes = std::stoull(whole) * scale;
+  if (numerator * scale % denominator != 0) return std::nullopt;  // not whole bytes
+  return bytes + numerator * scale / denominator;
+}
+
+std::uint64_t size_flag(const std::string& flag, const std::string& text, std::uint64_t max) {
+  auto bytes = parse_size(text);
+  if (!bytes)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("{} '{}': not a size (bytes, or with a unit: 10K, 10M, 1G are "
+                               "binary like 10KiB, 10MiB, 1GiB; 10KB, 10MB, 1GB decimal)",
+                               flag, text));
+  if (*bytes > max)
+    throw q::Error(
+        q::ErrorKind::Usage,
+        fmt::format("{} '{}': {} bytes, over the most allowed, {} bytes", flag, text, *bytes, max));
+  return *bytes;
 }
 
 std::pair<std::string, std::string> attribute_flag(const std::string& text,

@@ -12,6 +12,9 @@ namespace cli {
 
 // Throw q::Error(Usage) naming `flag` when `text` is malformed.
 q::Millis duration_flag(const std::string& flag, const std::string& text);
+// "YYYY-MM-DD HH:MM[:SS]" (or with a T) without a zone: local time (TZ).
+std::optional<q::Millis> parse_local_time(const std::string& text);
+// RFC 3339 (q::parse_time), @UNIX, or a local time as above.
 q::Millis time_flag(const std::string& flag, const std::string& text);
 // For optional flags: nullopt when the flag was not given; an empty value given
 // is malformed like any other.
@@ -26,6 +29,12 @@ double rate_flag(const std::string& flag, const std::string& text);
 std::uint64_t count_flag(const std::string& flag, const std::string& text, std::uint64_t max);
 
 // KEY=VALUE; throws q::Error(InvalidData) naming the flag when malformed.
+// A size in bytes: "1048576", "512K", "10M", "1MiB", "10MB", "1.5K": K, M,
+// G and KiB, MiB, GiB are powers of 1024, KB, MB, GB of 1000 (GNU's rule);
+// nullopt when malformed or not whole bytes.
+std::optional<std::uint64_t> parse_size(const std::string& text);
+// parse_size, or q::Error(Usage) naming the flag and the forms; over `max` too.
+std::uint64_t size_flag(const std::string& flag, const std::string& text, std::uint64_t max);
 std::pair<std::string, std::string> attribute_flag(const std::string& text,
                                                    const std::string& flag = "--attr");
 

@@ -159,7 +159,9 @@ std::string flag_name(std::string_view field) {
   return flag;
 }
 
-std::string error_text(const q::Error& e) {
+std::string error_text(const q::Error& e) { return error_text(e, {}); }
+
+std::string error_text(const q::Error& e, const std::vector<std::string>& similar_queues) {
   std::string text = e.what();
   const std::string& field = e.field();
   if (!field.empty()) {
@@ -177,7 +179,20 @@ std::string error_text(const q::Error& e) {
   switch (e.remedy()) {
     case q::Remedy::None: break;
     case q::Remedy::CreateQueue:
-      text += fmt::format(" (create it with 'q create {}')", e.queue());
+      // Similar names first: "q receive job" is more often a typo of "jobs"
+      // than a queue to create.
+      if (!similar_queues.empty()) {
+        std::string list;
+        for (std::size_t i = 0; i < similar_queues.size(); ++i)
+          list += (i == 0                           ? ""
+                   : i + 1 == similar_queues.size() ? " or "
+                                                    : ", ") +
+                  similar_queues[i];
+        text +=
+            fmt::format("; did you mean {}? (else create it with 'q create {}')", list, e.queue());
+      } else {
+        text += fmt::format(" (create it with 'q create {}')", e.queue());
+      }
       break;
     case q::Remedy::CreateFile: text += " (make one with 'q create QUEUE')"; break;
     case q::Remedy::ChangeConfig:

@@ -39,6 +39,9 @@ std::string flag_name(std::string_view field);
 // A libq error as the CLI says it: the field it names as the flag, and what to
 // do next in q's own commands ('q create ...', 'q config ...').
 std::string error_text(const q::Error& e);
+// The same, naming `similar_queues` (queues whose names are close to the
+// one that was not found) before suggesting q create.
+std::string error_text(const q::Error& e, const std::vector<std::string>& similar_queues);
 
 // Writes "q CMD: MESSAGE" to standard error, escaped as text_escape does:
 // error messages quote what users typed (a receipt with a trailing CR must

@@ -20,7 +20,8 @@ std::vector<QueueRates> RateMeter::sample(q::Broker& broker, const std::string& 
   std::vector<QueueRates> out;
   for (auto& s : broker.stats(queue)) {
     QueueRates r;
-    std::uint64_t in = s.counters.sent;
+    // In: sent (imports of live messages count as sent) and redriven back.
+    std::uint64_t in = s.counters.sent + s.counters.redriven;
     std::uint64_t gone = s.counters.acked + s.counters.dead_lettered + s.counters.expired;
     auto prev = previous_.find(s.name);
     if (prev != previous_.end() && now > prev->second.at) {

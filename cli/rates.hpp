@@ -13,7 +13,7 @@ namespace cli {
 
 struct QueueRates {
   q::QueueStats stats;
-  double in_per_s = 0;    // sent
+  double in_per_s = 0;    // sent (and imported) or redriven
   double out_per_s = 0;   // acked, dead-lettered or expired
   bool measured = false;  // false on the first snapshot
 

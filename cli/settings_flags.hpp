@@ -14,8 +14,8 @@ namespace cli {
 struct SettingsFlags {
   std::string queue;
   std::optional<std::string> visibility_timeout, retention, delay, dedup_window, rate;
-  std::optional<std::uint32_t> max_receives, max_size;
-  std::optional<std::string> max_depth;
+  std::optional<std::uint32_t> max_receives;
+  std::optional<std::string> max_depth, max_size;
   bool fifo = false;
   bool standard = false;  // config: --fifo/--standard are checked against the queue
   std::optional<bool> content_dedup;
@@ -32,7 +32,8 @@ struct SettingsFlags {
     if (standard) c.fifo = false;
     if (content_dedup) c.content_dedup = *content_dedup;
     c.max_receives = max_receives;
-    c.max_size = max_size;
+    if (max_size)
+      c.max_size = static_cast<std::uint32_t>(size_flag("--max-size", *max_size, q::kMaxMaxSize));
     if (max_depth) c.max_depth = count_flag("--max-depth", *max_depth, q::kMaxMaxDepth);
     return c;
   }

@@ -112,7 +112,12 @@ void close_on_exec_everything() {
 // The path execve needs, looked up once rather than per message.
 std::string find_program(const std::string& name) {
   auto missing = [&](const char* why) {
-    return q::Error(q::ErrorKind::Usage, fmt::format("command '{}': {}", name, why));
+    // "cat | wc -c" as one word: a shell line, and no shell is used.
+    bool shell_line = name.find_first_of(" \t|&;<>()$`'\"*?") != std::string::npos;
+    return q::Error(
+        q::ErrorKind::Usage,
+        fmt::format("command '{}': {}{}", name, why,
+                    shell_line ? fmt::format("; no shell is used: try -- sh -c '{}'", name) : ""));
   };
   auto runnable = [](const std::string& path) {
     struct stat st {};

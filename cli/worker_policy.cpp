@@ -201,10 +201,16 @@ Settled OutcomePolicy::retry(const q::Message& m, const std::string& what,
   nack.backoff_cap = o_.backoff_cap;
   nack.reason = std::string(q::utf8_prefix(reason, q::kMaxReason));
   nack.run = run;
-  q::Millis at = broker_.nack(o_.queue, m.receipt, nack);
-  return {Tally::Failed,
-          fmt::format("message {}: failed ({}), retry in {}", m.id, what,
-                      q::format_duration(std::max<q::Millis>(0, at - clock_.now())))};
+  nack.dead_letter_when_spent = true;
+  q::NackResult released = broker_.nack_or_dead_letter(o_.queue, m.receipt, nack);
+  if (released.dead_lettered)
+    return {Tally::DeadLettered,
+            fmt::format("message {}: failed ({}), dead-lettered: receive {} was the last allowed",
+                        m.id, what, m.receive_count)};
+  return {
+      Tally::Failed,
+      fmt::format("message {}: failed ({}), retry in {}", m.id, what,
+                  q::format_duration(std::max<q::Millis>(0, released.visible_at - clock_.now())))};
 }
 
 q::ReceiptResult OutcomePolicy::heartbeat(const std::string& receipt, q::Millis by) {

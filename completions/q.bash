@@ -25,9 +25,9 @@ _q_spec() {
     'stats') _q_subs='' _q_flags='-h --help --json --prometheus --watch' _q_vals='--output --interval' _q_pos='queue' ;;
     'list') _q_subs='' _q_flags='-h --help --json' _q_vals='' _q_pos='' ;;
     'dlq') _q_subs='list show delete purge' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
-    'dlq list') _q_subs='' _q_flags='-h --help --json --by-reason' _q_vals='-n --max --by --reason --since' _q_pos='queue' ;;
+    'dlq list') _q_subs='' _q_flags='-h --help --json --wide --by-reason' _q_vals='-n --max --by --reason --since' _q_pos='queue' ;;
     'dlq show') _q_subs='' _q_flags='-h --help --json' _q_vals='' _q_pos='queue -' ;;
-    'dlq delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue -*' ;;
+    'dlq delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='--reason --since -n --max' _q_pos='queue -*' ;;
     'dlq purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'redrive') _q_subs='' _q_flags='-h --help --dry-run --json' _q_vals='--id --reason --since -n --max --rate --to' _q_pos='queue' ;;
     'top') _q_subs='' _q_flags='-h --help' _q_vals='--interval' _q_pos='queue' ;;
@@ -35,7 +35,7 @@ _q_spec() {
     'purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'export') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
-    'import') _q_subs='' _q_flags='-h --help --create --skip-existing' _q_vals='' _q_pos='queue' ;;
+    'import') _q_subs='' _q_flags='-h --help --create --skip-existing -q --quiet' _q_vals='' _q_pos='queue' ;;
     'backup') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='file' ;;
     'verify') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
     *) _q_subs='' _q_flags='' _q_vals='' _q_pos='' ;;

@@ -40,6 +40,8 @@ function __q_vals
             printf "%s\n" --output --interval
         case 'q dlq list'
             printf "%s\n" -n --max --by --reason --since
+        case 'q dlq delete'
+            printf "%s\n" --reason --since -n --max
         case 'q redrive'
             printf "%s\n" --id --reason --since -n --max --rate --to
         case 'q top'
@@ -247,7 +249,7 @@ complete -c q -n '__q_at "q create"' -l max-receives -x -d 'Deliveries before a 
 complete -c q -n '__q_at "q create"' -l retention -x -d 'How long an unacknowledged message is kept (default 4d)'
 complete -c q -n '__q_at "q create"' -l delay -x -d 'Delay before a new message is visible (default 0s)'
 complete -c q -n '__q_at "q create"' -l max-depth -x -d 'Refuse sends beyond this many waiting messages, exit 75 (default 0: unlimited)'
-complete -c q -n '__q_at "q create"' -l max-size -x -d 'Largest body in bytes (default 1048576)'
+complete -c q -n '__q_at "q create"' -l max-size -x -d 'Largest body: bytes, or 512K, 10M, 1MiB (binary), 10MB (decimal) (default 1048576, 1M)'
 complete -c q -n '__q_at "q create"' -l dedup-window -x -d 'How long a --dedup-id is remembered (default 5m)'
 complete -c q -n '__q_at "q create"' -l rate -x -d 'Messages per second that all \'q work\' consumers of the queue together may start, like 50/s, 3000/m (default 0: no limit)'
 complete -c q -n '__q_at "q create"' -l content-dedup -x -a 'on off' -x -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
@@ -260,7 +262,7 @@ complete -c q -n '__q_at "q config"' -l max-receives -x -d 'Deliveries before a 
 complete -c q -n '__q_at "q config"' -l retention -x -d 'How long an unacknowledged message is kept (default 4d)'
 complete -c q -n '__q_at "q config"' -l delay -x -d 'Delay before a new message is visible (default 0s)'
 complete -c q -n '__q_at "q config"' -l max-depth -x -d 'Refuse sends beyond this many waiting messages, exit 75 (default 0: unlimited)'
-complete -c q -n '__q_at "q config"' -l max-size -x -d 'Largest body in bytes (default 1048576)'
+complete -c q -n '__q_at "q config"' -l max-size -x -d 'Largest body: bytes, or 512K, 10M, 1MiB (binary), 10MB (decimal) (default 1048576, 1M)'
 complete -c q -n '__q_at "q config"' -l dedup-window -x -d 'How long a --dedup-id is remembered (default 5m)'
 complete -c q -n '__q_at "q config"' -l rate -x -d 'Messages per second that all \'q work\' consumers of the queue together may start, like 50/s, 3000/m (default 0: no limit)'
 complete -c q -n '__q_at "q config"' -l content-dedup -x -a 'on off' -x -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
@@ -360,7 +362,7 @@ complete -c q -n '__q_at "q list"' -l json -d 'One {"queue":..} object a line'
 # q dlq
 complete -c q -n '__q_need_sub "q dlq"' -a list -d 'List dead letters, oldest first: id, age, receive count, reason and a body preview (--json: whole records; --by-reason: counts per reason)'
 complete -c q -n '__q_need_sub "q dlq"' -a show -d 'Print one dead letter: its body exactly as sent, or --json for the whole record'
-complete -c q -n '__q_need_sub "q dlq"' -a delete -d 'Discard the dead letters named (after inspection)'
+complete -c q -n '__q_need_sub "q dlq"' -a delete -d 'Discard dead letters: those named, those --reason/--since select (as for redrive), or ids from stdin, one a line'
 complete -c q -n '__q_need_sub "q dlq"' -a purge -d 'Discard every dead letter of a queue'
 complete -c q -n '__q_at "q dlq"' -s h -l help -d 'Print this help message and exit'
 
@@ -368,7 +370,8 @@ complete -c q -n '__q_at "q dlq"' -s h -l help -d 'Print this help message and e
 complete -c q -n '__q_at "q dlq list"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q dlq list"' -s n -l max -x -d 'List at most N'
 complete -c q -n '__q_at "q dlq list"' -l json -d 'One JSON object a line with the whole record'
-complete -c q -n '__q_at "q dlq list"' -l by-reason -d 'Group the dead letters that failed the same way: count, first and last dead-lettered, per reason with numbers, ids and hex runs masked (same as --by reason)'
+complete -c q -n '__q_at "q dlq list"' -l wide -d 'Whole reasons on a terminal too (in a pipe they are never cut)'
+complete -c q -n '__q_at "q dlq list"' -l by-reason -d 'Group the dead letters that failed the same way: count, first and last dead-lettered, per exit status and first and last stderr line, with status codes kept and other numbers, ids, hex and paths masked (same as --by reason)'
 complete -c q -n '__q_at "q dlq list"' -l by -x -d 'Group by reason, exit (q work\'s exit status) or attr:KEY (an attribute\'s value), most first'
 complete -c q -n '__q_at "q dlq list"' -l reason -x -d 'Only dead letters whose reason matches REGEX (ECMAScript, searched)'
 complete -c q -n '__q_at "q dlq list"' -l since -x -d 'Only those dead-lettered within DUR'
@@ -379,6 +382,9 @@ complete -c q -n '__q_at "q dlq show"' -l json -d 'The whole record as one JSON 
 
 # q dlq delete
 complete -c q -n '__q_at "q dlq delete"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q dlq delete"' -l reason -x -d 'Only dead letters whose reason matches REGEX (ECMAScript, searched)'
+complete -c q -n '__q_at "q dlq delete"' -l since -x -d 'Only those dead-lettered within DUR'
+complete -c q -n '__q_at "q dlq delete"' -s n -l max -x -d 'Delete at most N'
 complete -c q -n '__q_at "q dlq delete"' -l dry-run -d 'Print what would go'
 complete -c q -n '__q_at "q dlq delete"' -s y -l yes -d 'Do not ask for confirmation (it is asked only when standard input and standard error are terminals)'
 
@@ -429,6 +435,7 @@ complete -c q -n '__q_at "q export"' -s h -l help -d 'Print this help message an
 complete -c q -n '__q_at "q import"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q import"' -l create -d 'Create the queue (standard, default settings) if missing'
 complete -c q -n '__q_at "q import"' -l skip-existing -d 'Leave out a message whose id is already a live or dead message of QUEUE, so a repeated import adds nothing (count on stderr)'
+complete -c q -n '__q_at "q import"' -s q -l quiet -d 'Print no ids'
 
 # q backup
 complete -c q -n '__q_at "q backup"' -s h -l help -d 'Print this help message and exit'

@@ -131,6 +131,11 @@ Millis Broker::extend(const std::string& queue, const std::string& receipt, Mill
 
 Millis Broker::nack(const std::string& queue, const std::string& receipt,
                     const NackOptions& options) {
+  return nack_or_dead_letter(queue, receipt, options).visible_at;
+}
+
+NackResult Broker::nack_or_dead_letter(const std::string& queue, const std::string& receipt,
+                                       const NackOptions& options) {
   check_queue_name(queue);
   check_nack(options);
   check_receipt(receipt);

@@ -250,6 +250,15 @@ struct NackOptions {
   Millis backoff_cap = 15 * kMinute;
   std::string reason;
   RunReport run;  // q work: the command's exit status and stderr, for the attempt history
+  // A failed run at the last receive the queue allows (max_receives) goes to
+  // the dead letters in the same transaction instead of being released, so it
+  // is never delivered again and its consumer knows it was dead-lettered.
+  bool dead_letter_when_spent = false;
+};
+
+struct NackResult {
+  Millis visible_at = 0;       // when it is visible again; 0 when dead-lettered
+  bool dead_lettered = false;  // dead_letter_when_spent and its receives were used up
 };
 
 struct RedriveOptions {
@@ -312,6 +321,10 @@ class Broker {
   // extend returns the new visible-until time.
   Millis extend(const std::string& queue, const std::string& receipt, Millis by);
   Millis nack(const std::string& queue, const std::string& receipt, const NackOptions& options);
+  // nack, saying whether the message went to the dead letters instead
+  // (NackOptions::dead_letter_when_spent).
+  NackResult nack_or_dead_letter(const std::string& queue, const std::string& receipt,
+                                 const NackOptions& options);
   // Moves the delivered message to the dead-letter queue at once.
   void dead_letter(const std::string& queue, const std::string& receipt, const std::string& reason,
                    const RunReport& run = {});
@@ -400,8 +413,8 @@ class Broker {
   virtual std::vector<ReceiptResult> do_ack(const std::string& queue,
                                             const std::vector<std::string>& receipts) = 0;
   virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
-  virtual Millis do_nack(const std::string& queue, const std::string& receipt,
-                         const NackOptions& options) = 0;
+  virtual NackResult do_nack(const std::string& queue, const std::string& receipt,
+                             const NackOptions& options) = 0;
   virtual void do_dead_letter(const std::string& queue, const std::string& receipt,
                               const std::string& reason, const RunReport& run) = 0;
   virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,

@@ -90,8 +90,8 @@ class LmdbBroker final : public Broker {
 
   Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) override;
 
-  Millis do_nack(const std::string& queue, const std::string& receipt,
-                 const NackOptions& options) override;
+  NackResult do_nack(const std::string& queue, const std::string& receipt,
+                     const NackOptions& options) override;
 
   void do_pause(const std::string& queue, Millis until, const std::string& reason) override;
 

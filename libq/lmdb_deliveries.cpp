@@ -264,12 +264,21 @@ Millis LmdbBroker::do_extend(const std::string& queue, const std::string& receip
   return until;
 }
 
-Millis LmdbBroker::do_nack(const std::string& queue, const std::string& receipt,
-                           const NackOptions& options) {
+NackResult LmdbBroker::do_nack(const std::string& queue, const std::string& receipt,
+                               const NackOptions& options) {
   Txn txn(*env_, Txn::Write);
   auto view = open(txn, queue);
   view.maintain();
   auto [seq, header] = view.current_delivery(receipt);
+  const auto max_receives = view.rec.config.max_receives;
+  if (options.dead_letter_when_spent && max_receives != 0 && header.receive_count >= max_receives) {
+    std::string reason(utf8_prefix(options.reason, kMaxReason));
+    close_attempt(view, seq, header, AttemptEnd::DeadLettered, view.now, reason, options.run);
+    view.dead_letter(seq, std::move(header), std::move(reason));
+    view.save();
+    txn.commit();
+    return {0, true};
+  }
   Millis delay = options.delay;
   if (options.backoff) {
     double unit = static_cast<double>(random_() >> 11) * 0x1.0p-53;
@@ -289,7 +298,7 @@ Millis LmdbBroker::do_nack(const std::string& queue, const std::string& receipt,
   ++view.rec.counters.nacked;
   view.save();
   txn.commit();
-  return header.visible_at;
+  return {header.visible_at, false};
 }
 
 void LmdbBroker::do_dead_letter(const std::string& queue, const std::string& receipt,

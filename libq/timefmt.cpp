@@ -50,38 +50,71 @@ bool read_char(std::string_view& s, char c) {
 
 }  // namespace
 
+namespace {
+
+// The unit a duration's number has: "ms", "s", "sec", "seconds", "m", "min",
+// "h", "hours", "d", "days", ...; 0 for none known.
+Millis duration_unit(std::string_view word) {
+  struct Name {
+    const char* name;
+    Millis unit;
+  };
+  static const Name names[] = {
+      {"ms", 1},           {"msec", 1},          {"msecs", 1},         {"millisecond", 1},
+      {"milliseconds", 1}, {"s", kSecond},       {"sec", kSecond},     {"secs", kSecond},
+      {"second", kSecond}, {"seconds", kSecond}, {"m", kMinute},       {"min", kMinute},
+      {"mins", kMinute},   {"minute", kMinute},  {"minutes", kMinute}, {"h", kHour},
+      {"hr", kHour},       {"hrs", kHour},       {"hour", kHour},      {"hours", kHour},
+      {"d", kDay},         {"day", kDay},        {"days", kDay}};
+  for (const auto& n : names)
+    if (word == n.name) return n.unit;
+  return 0;
+}
+
+}  // namespace
+
 std::optional<Millis> parse_duration(std::string_view s) {
   if (s.empty()) return std::nullopt;
-  std::int64_t number = 0;
-  std::string_view rest = s;
-  if (!read_number(rest, number)) return std::nullopt;
   constexpr std::int64_t kLimit = std::int64_t{1} << 53;  // exact in a double, far past any use
-  if (rest.empty()) {                                     // bare seconds
-    if (number > kLimit / kSecond) return std::nullopt;
-    return number * kSecond;
-  }
   Millis total = 0;
   // Units must come largest first and once each ("1h30m"): "1h1h" or "30m1h"
   // is more likely a typo than a sum.
   Millis previous_unit = INT64_MAX;
-  rest = s;
+  std::string_view rest = s;
+  bool first = true;
   while (!rest.empty()) {
-    if (!read_number(rest, number)) return std::nullopt;
-    Millis unit;
-    if (rest.substr(0, 2) == "ms") {
-      unit = 1;
-      rest.remove_prefix(2);
-    } else if (!rest.empty() &&
-               (rest[0] == 's' || rest[0] == 'm' || rest[0] == 'h' || rest[0] == 'd')) {
-      unit = rest[0] == 's' ? kSecond : rest[0] == 'm' ? kMinute : rest[0] == 'h' ? kHour : kDay;
+    std::int64_t whole = 0;
+    if (!read_number(rest, whole)) return std::nullopt;
+    // A fraction ("1.5s", "0.25h"): it must come to whole milliseconds.
+    std::int64_t fraction = 0, scale = 1;
+    if (!rest.empty() && rest[0] == '.') {
       rest.remove_prefix(1);
+      while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]))) {
+        if (scale >= 1'000'000'000) return std::nullopt;
+        fraction = fraction * 10 + (rest[0] - '0');
+        scale *= 10;
+        rest.remove_prefix(1);
+      }
+      if (scale == 1) return std::nullopt;
+    }
+    Millis unit;
+    if (rest.empty() && first) {
+      unit = kSecond;  // bare seconds
     } else {
-      return std::nullopt;
+      std::size_t n = 0;
+      while (n < rest.size() && std::isalpha(static_cast<unsigned char>(rest[n]))) ++n;
+      unit = duration_unit(rest.substr(0, n));
+      if (unit == 0) return std::nullopt;
+      rest.remove_prefix(n);
     }
     if (unit >= previous_unit) return std::nullopt;
     previous_unit = unit;
-    if (number > kLimit / unit || total > kLimit - number * unit) return std::nullopt;
-    total += number * unit;
+    if (whole > kLimit / unit) return std::nullopt;
+    if (fraction * unit % scale != 0) return std::nullopt;
+    Millis part = whole * unit + fraction * unit / scale;
+    if (total > kLimit - part) return std::nullopt;
+    total += part;
+    first = false;
   }
   return total;
 }

@@ -10,8 +10,9 @@
 namespace q {
 
 // "500ms", "30s", "5m", "2h", "4d", or a bare number of seconds; combinations
-// such as "1h30m" too (largest unit first, each unit once). nullopt when
-// malformed or negative.
+// such as "1h30m" too (largest unit first, each unit once); fractions that
+// come to whole milliseconds ("1.5s", "0.5"); the units' longer names too
+// ("30sec", "2hours", "1min"; no spaces). nullopt when malformed or negative.
 std::optional<Millis> parse_duration(std::string_view text);
 // The shortest exact spelling: 1500 -> "1500ms", 90000 -> "90s", 300000 -> "5m".
 std::string format_duration(Millis duration);

@@ -2,12 +2,17 @@
 // issue 17 section 7).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <ctime>
+
 #include <nlohmann/json.hpp>
 
 #include "broker.hpp"
 #include "error.hpp"
 #include "rules.hpp"
 #include "input.hpp"
+#include "dead_groups.hpp"
+#include "suggest.hpp"
 #include "help.hpp"
 #include "output.hpp"
 
@@ -150,3 +155,89 @@ TEST(Wrap, BreaksAtWordsAndIndents) {
 }
 
 }  // namespace cli
+
+// Issue 27: the mask told no causes apart ("exit status #: smtp # #.#.# ...");
+// statuses stay, what differs between runs of one cause goes.
+TEST(DeadGroups, MaskKeepsStatusCodesAndMasksWhatVaries) {
+  EXPECT_EQ(mask_variable("smtp 451 4.2.0 mailbox busy"), "smtp 451 4.2.0 mailbox busy");
+  EXPECT_EQ(mask_variable("smtp 550 5.2.0 mailbox busy"), "smtp 550 5.2.0 mailbox busy");
+  EXPECT_EQ(mask_variable("550 5.1.1 <bob@example.com>: user unknown"),
+            "550 5.1.1 <bob@example.com>: user unknown");
+  EXPECT_EQ(mask_variable("HTTP 503 after 1503 ms (attempt 3 of 5)"),
+            "HTTP 503 after # ms (attempt # of #)");
+  EXPECT_EQ(mask_variable("exit status 65"), "exit status 65");
+  EXPECT_EQ(mask_variable("timeout after 250 ms on 10.0.0.7:5432"),
+            "timeout after # ms on #.#.#.#:#");
+  EXPECT_EQ(mask_variable("at 2026-12-01T20:00:00Z request 0x7f3a deadbeef00"),
+            "at #-#-#T#:#:#Z request # #");
+  EXPECT_EQ(mask_variable("cannot open /var/spool/q/123.eml: No such file"),
+            "cannot open #: No such file");
+  EXPECT_EQ(mask_variable("bad input in message m1f"), "bad input in message #");
+  EXPECT_EQ(mask_variable("worker3 v2 ./run.sh"), "worker# v# #");
+}
+
+namespace {
+q::Message dead_run(int status, std::string first, std::string tail) {
+  q::Message m;
+  q::Attempt a;
+  a.run.exit_status = status;
+  a.run.first_line = std::move(first);
+  a.run.stderr_tail = std::move(tail);
+  m.attempts.push_back(a);
+  return m;
+}
+}  // namespace
+
+// Grouped by the exit status, the first stderr line and the last: a log line
+// first no longer hides the error after it.
+TEST(DeadGroups, GroupsByExitStatusFirstAndLastStderrLine) {
+  GroupBy by;
+  EXPECT_EQ(group_key(dead_run(1, "connecting to mx3.example.com",
+                               "connecting to mx3.example.com\nsmtp 451 4.2.0 mailbox busy"),
+                      by),
+            "exit status 1: connecting to mx#.example.com ... smtp 451 4.2.0 mailbox busy");
+  EXPECT_EQ(
+      group_key(dead_run(65, "smtp 550 5.2.0 mailbox busy", "smtp 550 5.2.0 mailbox busy"), by),
+      "exit status 65: smtp 550 5.2.0 mailbox busy");
+  EXPECT_EQ(group_key(dead_run(2, "", ""), by), "exit status 2");
+}
+
+// Issue 27: "--max-size 10M" was "Could not convert". GNU's rule: K, M, G and
+// KiB, MiB, GiB are binary, KB, MB, GB decimal.
+TEST(SizeFlag, TakesUnitsBinaryAndDecimal) {
+  EXPECT_EQ(parse_size("1048576"), 1048576u);
+  EXPECT_EQ(parse_size("10M"), 10u << 20);
+  EXPECT_EQ(parse_size("1MiB"), 1u << 20);
+  EXPECT_EQ(parse_size("10MB"), 10'000'000u);
+  EXPECT_EQ(parse_size("512k"), 512u << 10);
+  EXPECT_EQ(parse_size("1.5K"), 1536u);
+  EXPECT_EQ(parse_size("2G"), 2ull << 30);
+  EXPECT_EQ(parse_size("100B"), 100u);
+  for (const char* bad : {"", "M", "10X", "-1", "1.0001K", "1e3", "10 M", "0x10"})
+    EXPECT_FALSE(parse_size(bad).has_value()) << bad;
+  EXPECT_THROW(size_flag("--max-size", "1G", 256u << 20), q::Error);
+}
+
+// Issue 27: --at '2026-12-01 20:00' (a space, local time) was refused.
+TEST(TimeFlag, TakesLocalTimeWithoutAnOffset) {
+  setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3", 1);  // Berlin, without tzdata
+  tzset();
+  EXPECT_EQ(time_flag("--at", "2026-12-01 20:00"), time_flag("--at", "2026-12-01T19:00:00Z"));
+  EXPECT_EQ(time_flag("--at", "2026-07-01T20:00:30"), time_flag("--at", "2026-07-01T18:00:30Z"));
+  EXPECT_EQ(time_flag("--at", "@1796025600"), 1796025600000);
+  for (const char* bad : {"2026-02-30 20:00", "2026-12-01 24:00", "2026-12-01 20", "2026-12-01"})
+    EXPECT_THROW(time_flag("--at", bad), q::Error) << bad;
+  unsetenv("TZ");
+  tzset();
+}
+
+// Issue 27: "did you mean", as git says it.
+TEST(Suggest, NamesTheCloseOnes) {
+  std::vector<std::string> commands = {"receive", "redrive", "resume", "list", "delete", "send"};
+  EXPECT_EQ(similar_names("recieve", commands), std::vector<std::string>{"receive"});
+  EXPECT_EQ(similar_names("ls", commands), std::vector<std::string>{"list"});
+  EXPECT_EQ(similar_names("job", {"jobs", "mail"}), std::vector<std::string>{"jobs"});
+  EXPECT_TRUE(similar_names("frobnicate", commands).empty());
+  EXPECT_EQ(edit_distance("recieve", "receive"), 1u);
+  EXPECT_EQ(did_you_mean({"a", "b"}), "; did you mean 'a' or 'b'?");
+}

@@ -17,8 +17,22 @@ TEST(Duration, ParsesUnitsAndBareSeconds) {
 }
 
 TEST(Duration, RefusesMalformed) {
-  for (const char* bad : {"", "s", "-5s", "5x", "5 s", "1.5s", "m5", "99999999999999999999d"})
+  for (const char* bad : {"", "s", "-5s", "5x", "5 s", "1.5.5s", "m5", "99999999999999999999d",
+                          "1.s", ".5s", "1.0005s", "1.5ms", "1h30", "5secs5"})
     EXPECT_FALSE(parse_duration(bad).has_value()) << bad;
+}
+
+// Issue 27: "1.5s" and "30sec" were refused.
+TEST(Duration, ParsesFractionsAndLongerUnitNames) {
+  EXPECT_EQ(parse_duration("1.5s"), 1500);
+  EXPECT_EQ(parse_duration("0.5"), 500);
+  EXPECT_EQ(parse_duration("0.25h"), 15 * kMinute);
+  EXPECT_EQ(parse_duration("1.001s"), 1001);
+  EXPECT_EQ(parse_duration("30sec"), 30 * kSecond);
+  EXPECT_EQ(parse_duration("2hours"), 2 * kHour);
+  EXPECT_EQ(parse_duration("1min30sec"), 90 * kSecond);
+  EXPECT_EQ(parse_duration("3days"), 3 * kDay);
+  EXPECT_EQ(parse_duration("250msec"), 250);
 }
 
 TEST(Duration, FormatsShortestExact) {

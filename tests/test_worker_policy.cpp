@@ -124,6 +124,33 @@ TEST_F(WorkerPolicyTest, Exit65DeadLettersAtOnce) {
   EXPECT_EQ(dead[0].reason, "exit status 65: bad input");
 }
 
+// A failed run at the last receive the queue allows is dead-lettered by the
+// nack's own transaction: it is not left visible at its receive limit for a
+// later receive to dead-letter, and the note and tally say what happened.
+TEST_F(WorkerPolicyTest, AFailureAtTheLastAllowedReceiveIsDeadLetteredThere) {
+  q::ConfigChange two;
+  two.max_receives = 2;
+  broker_->configure("jobs", two);
+  auto m = take();
+  EXPECT_EQ(policy_->settle(m, "", {exited(1)}).tally, Tally::Failed);
+  auto last = receive().at(0);
+  ASSERT_EQ(last.receive_count, 2u);
+  auto settled = policy_->settle(last, "", {exited(1), false, false, 0, "still down\n"});
+  EXPECT_EQ(settled.tally, Tally::DeadLettered);
+  EXPECT_EQ(settled.note, "message " + m.id +
+                              ": failed (exit status 1), dead-lettered: receive 2 was the last "
+                              "allowed");
+  auto stats = broker_->stats("jobs").at(0);
+  EXPECT_EQ(stats.counters.nacked, 1u);
+  EXPECT_EQ(stats.counters.dead_lettered, 1u);
+  EXPECT_EQ(stats.dead, 1u);
+  auto dead = broker_->dead_letters("jobs", 10);
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].reason, "exit status 1: still down");
+  clock_.advance(q::kHour);
+  EXPECT_TRUE(receive().empty());
+}
+
 TEST_F(WorkerPolicyTest, AStaleReceiptIsAnOutcomeNotAnException) {
   auto m = take();
   clock_.advance(31 * kSecond);  // the lease ran out; another consumer took it

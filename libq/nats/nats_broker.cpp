@@ -57,8 +57,8 @@ constexpr std::int64_t kMaxAckPending = std::int64_t{1} << 30;
 constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 
 [[noreturn]] void no_such_queue(const std::string& queue) {
-  throw Error(ErrorKind::NotFound,
-              fmt::format("queue {}: no such queue (create it with 'q create {}')", queue, queue));
+  throw Error(ErrorKind::NotFound, fmt::format("queue {}: no such queue", queue))
+      .with_remedy(Remedy::CreateQueue, queue);
 }
 
 class NatsBroker final : public Broker {
@@ -359,11 +359,19 @@ class NatsBroker final : public Broker {
     return until;
   }
 
-  Millis do_nack(const std::string& queue, const std::string& receipt,
-                 const NackOptions& options) override {
-    must_load(queue);
+  NackResult do_nack(const std::string& queue, const std::string& receipt,
+                     const NackOptions& options) override {
+    const StoredQueue have = must_load(queue);
     look_again_.erase(queue);  // q work: the released message may be ready now
     auto [seq, lease, revision] = leases_.current(queue, receipt);
+    const auto max_receives = have.config.max_receives;
+    if (options.dead_letter_when_spent && max_receives != 0 && lease.receives >= max_receives) {
+      // The lease's CAS decides, as for any dead letter: no other consumer
+      // can have taken it meanwhile.
+      leases_.dead_letter(queue, names_.stream(queue), receipt,
+                          std::string(utf8_prefix(options.reason, kMaxReason)), options.run);
+      return {0, true};
+    }
     Millis delay = options.delay;
     if (options.backoff) {
       double unit = leases_.unit();
@@ -380,7 +388,7 @@ class NatsBroker final : public Broker {
     counters_.count(queue, nats::counter::kNacked,
                     nats::event_id("nk", names_.stream(queue), seq, lease.nonce));
     leases_.rearm(lease.reply, delay);
-    return now + delay;
+    return {now + delay, false};
   }
 
   // ---- stats ------------------------------------------------------------------

@@ -30,8 +30,8 @@ done
 assert_eq 3 "$(stat_field mail dead)" "three dead letters"
 
 run "$Q" dlq list mail --by-reason
-# Grouped with numbers masked, most first: COUNT FIRST LAST REASON.
-assert_eq $'2 smtp # user unknown\n1 smtp # try later' "$(tail -n +2 <<<"$OUT" | awk '{ $2 = $3 = $4 = $5 = ""; print }' | tr -s ' ')" "summary of reasons with counts"
+# Grouped with numbers masked but status codes kept, most first: COUNT FIRST LAST REASON.
+assert_eq $'2 smtp 550 user unknown\n1 smtp 451 try later' "$(tail -n +2 <<<"$OUT" | awk '{ $2 = $3 = $4 = $5 = ""; print }' | tr -s ' ')" "summary of reasons with counts"
 run "$Q" dlq list mail --reason '^smtp 451' --json
 assert_eq 1 "$(grep -c . <<<"$OUT")" "--reason filters by regex"
 assert_eq "smtp 451 try later" "$(jq -r .reason <<<"$OUT")" "the matching one"

@@ -62,6 +62,30 @@ assert_eq 1 "$(jq -r .receive_count <<<"$OUT")" "dead-lettered on the first try"
 assert_contains "$(jq -r .reason <<<"$OUT")" "exit status 65: cannot parse order" "reason: status and stderr"
 "$Q" dlq purge jobs >/dev/null
 
+# ---- the last allowed receive: dead-lettered there, logged and counted as such ----
+# (Issue 27: each final failure was logged "retry in 3ms", the summary said 0
+# dead-lettered and the messages sat visible at their receive limit.) The
+# summary's counts are what the queue's counters moved by during the run.
+"$Q" create spent --max-receives 2 || die "create spent"
+for i in 1 2 3 4 5 6 7 8 9; do "$Q" send spent "m$i" >/dev/null || die "send"; done
+before=$(stats_json spent)
+assert_exit 4 "$Q" work spent -j 3 --backoff-base 10ms --backoff-cap 20ms --exit-when-empty -- /bin/false
+after=$(stats_json spent)
+summary=$(grep '^q work spent: ' <<<"$ERR")
+assert_match '^q work spent: 0 done, 9 failed, 9 dead-lettered, 0 skipped repeats in ' "$summary" \
+  "nine failed releases, then nine dead letters at the second receive"
+assert_eq 9 "$(grep -c 'retry in' <<<"$ERR")" "only the first failures are logged as retries"
+assert_eq 9 "$(grep -c 'dead-lettered: receive 2 was the last allowed' <<<"$ERR")" \
+  "each final failure is logged as a dead letter"
+moved() { echo $(($(jq ".$1" <<<"$after") - $(jq ".$1" <<<"$before"))); }
+[[ $summary =~ ([0-9]+)\ done,\ ([0-9]+)\ failed,\ ([0-9]+)\ dead-lettered ]] || fail "summary: $summary"
+assert_eq "${BASH_REMATCH[1]}" "$(moved acked)" "done = the acked counter's move"
+assert_eq "${BASH_REMATCH[2]}" "$(moved nacked)" "failed = the nacked counter's move"
+assert_eq "${BASH_REMATCH[3]}" "$(moved dead_lettered)" "dead-lettered = the dead_lettered counter's move"
+assert_eq 0 "$(jq '.visible + .delayed + .in_flight' <<<"$after")" "none left at its receive limit"
+assert_eq 9 "$(jq .dead <<<"$after")" "all nine in the dead letters"
+"$Q" delete spent --yes >/dev/null || die "delete spent"
+
 # ---- a signal is a failure; --timeout kills ---------------------------------------
 "$Q" send jobs slowpoke >/dev/null
 start=$(now_ms)
