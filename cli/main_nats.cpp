@@ -3,8 +3,10 @@
 #include "commands.hpp"
 #include "context.hpp"
 #include "nats_broker.hpp"
+#include "serve_handoff.hpp"
 
 int main(int argc, char** argv) {
+  if (cli::is_serve_command(argc, argv)) return cli::hand_over_to_q_serve(argv);
   cli::nats_opener = [](const std::string& location, q::Millis timeout) {
     q::NatsOpenOptions options;
     options.location = location;
