@@ -31,10 +31,11 @@ using nlohmann::json;
 thread_local bool refusing = false;
 
 // cpp-httplib's pool takes every connection and queues it without bound; this
-// one runs at most `threads` at once and queues at most as many more. Beyond
-// that a connection is answered at once with 503 on the refusing thread (its
-// read bounded by the read timeout), and when even that one is busy, the
-// accept loop waits: the kernel's backlog holds the rest.
+// one runs at most `threads` at once (a keep-alive connection holds its thread)
+// and queues at most `queued` more. Beyond that a connection is answered at
+// once with 503 on the refusing thread (its read bounded by the read timeout),
+// and when even that one is busy, the accept loop waits: the kernel's backlog
+// holds the rest.
 class BoundedPool : public httplib::TaskQueue {
  public:
   BoundedPool(std::size_t threads, std::size_t queued) : max_queued_(queued) {
@@ -202,7 +203,7 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
     server = std::make_unique<httplib::Server>();
   }
   std::size_t threads = o.max_connections;
-  server->new_task_queue = [threads] { return new BoundedPool(threads, threads); };
+  server->new_task_queue = [threads] { return new BoundedPool(threads, 0); };
   server->set_payload_max_length(o.max_request);
   server->set_read_timeout(o.read_timeout, 0);
   server->set_write_timeout(o.read_timeout, 0);
