@@ -7,7 +7,7 @@
 #   @aws-sdk/client-sqs is installed, or is installed from npm on first use)
 source "$(dirname "$0")/../e2e/lib.sh" "$1"
 HERE=$(cd "$(dirname "$0")" && pwd)
-NPM_DIR=${2:-$T/npm}
+NPM_DIR=${2:-${Q_SERVE_NPM_DIR:-$T/npm}}
 [[ $NPM_DIR == /* ]] || NPM_DIR=$PWD/$NPM_DIR
 strict() { [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; }
 missing() {
@@ -27,7 +27,7 @@ printf '[default]\nregion = us-east-1\n' >"$AWS_CONFIG_FILE"
 
 "$Q" serve --listen 127.0.0.1:0 --credentials "$T/credentials" 2>"$T/serve.log" &
 SERVE_PID=$!
-port_of() { grep -oE '127\.0\.0\.1:[0-9]+' "$T/serve.log" | head -1 | cut -d: -f2; }
+port_of() { grep -oE 'on https?://127\.0\.0\.1:[0-9]+' "$T/serve.log" | head -1 | sed 's/.*://'; }
 wait_for 20 grep -q 'q serve: .* on http://' "$T/serve.log" || die "q serve did not start: $(cat "$T/serve.log")"
 PORT=$(port_of)
 EP=http://127.0.0.1:$PORT

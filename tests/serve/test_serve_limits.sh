@@ -15,7 +15,7 @@ start() {  # LOG ARGS...: starts q serve, sets PORT
   shift
   "$Q" serve --listen 127.0.0.1:0 "$@" 2>"$log" &
   wait_for 20 grep -q 'q serve: .* on http' "$log" || die "q serve did not start: $(cat "$log")"
-  PORT=$(grep -oE '127\.0\.0\.1:[0-9]+' "$log" | head -1 | cut -d: -f2)
+  PORT=$(grep -oE 'on https?://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://')
 }
 
 start "$T/a.log" --insecure-no-auth --max-connections 1 --max-request-size 300000
