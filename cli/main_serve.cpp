@@ -1,7 +1,5 @@
 // q-serve: the q command line with the SQS endpoint (cli/serve/), and the NATS
 // backend when it is built; `q serve` is handed here (cli/serve_handoff.hpp).
-#include <signal.h>
-
 #include "commands.hpp"
 #include "context.hpp"
 #include "serve/server.hpp"
@@ -11,16 +9,6 @@
 #endif
 
 int main(int argc, char** argv) {
-  // Blocked before any thread starts (the NATS client starts its own when the
-  // location opens), so that SIGINT and SIGTERM reach only the server's
-  // sigwait (cli/serve/server.cpp) and it stops cleanly.
-  if (cli::is_serve_command(argc, argv)) {
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  }
   cli::serve_runner = serve::serve;
 #ifdef Q_SERVE_NATS
   cli::nats_opener = [](const std::string& location, q::Millis timeout) {
