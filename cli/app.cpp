@@ -365,6 +365,7 @@ int run(int argc, char** argv) {
   add_import(app, ctx);
   add_backup(app, ctx);
   add_verify(app, ctx);
+  add_serve(app, ctx);
   add_cli_spec(app, ctx);
   if (CLI::App* named = named_command(app, argc, argv); named && named != &app)
     set_error_prefix(command_path(named));

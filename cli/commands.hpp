@@ -36,6 +36,7 @@ void add_backup(CLI::App& app, Context& ctx);
 void add_verify(CLI::App& app, Context& ctx);
 void add_export(CLI::App& app, Context& ctx);
 void add_import(CLI::App& app, Context& ctx);
+void add_serve(CLI::App& app, Context& ctx);
 
 int run(int argc, char** argv);
 

@@ -6,6 +6,7 @@
 #include "context.hpp"
 #include "nats_broker.hpp"
 #include "nats_handoff.hpp"
+#include "serve_handoff.hpp"
 
 namespace {
 
@@ -19,6 +20,7 @@ std::string env(const char* name) {
 int main(int argc, char** argv) {
   // A password in the location must not stay in this process's argv (ps).
   cli::reexec_without_user_info(argc, argv);
+  if (cli::is_serve_command(argc, argv)) return cli::hand_over_to_q_serve(argv);
   cli::nats_opener = [](const std::string& location, q::Millis timeout) {
     q::NatsOpenOptions options;
     options.location = location;

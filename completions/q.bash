@@ -9,7 +9,7 @@
 # a trailing * repeats).
 _q_spec() {
   case $1 in
-    '') _q_subs='create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify' _q_flags='-h --help --version --no-sync' _q_vals='-f --file --lock-timeout' _q_pos='' ;;
+    '') _q_subs='create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify serve' _q_flags='-h --help --version --no-sync' _q_vals='-f --file --lock-timeout' _q_pos='' ;;
     'create') _q_subs='' _q_flags='-h --help --fifo' _q_vals='--visibility-timeout --max-receives --retention --delay --max-depth --max-size --dedup-window --rate --content-dedup' _q_pos='queue' ;;
     'config') _q_subs='' _q_flags='-h --help --json --fifo --standard' _q_vals='--visibility-timeout --max-receives --retention --delay --max-depth --max-size --dedup-window --rate --content-dedup' _q_pos='queue' ;;
     'send') _q_subs='' _q_flags='-h --help --lines -0 --null --create -q --quiet --json' _q_vals='--delay --at --attr --dedup-id --group' _q_pos='queue -' ;;
@@ -38,6 +38,7 @@ _q_spec() {
     'import') _q_subs='' _q_flags='-h --help --create --skip-existing -q --quiet' _q_vals='' _q_pos='queue' ;;
     'backup') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='file' ;;
     'verify') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
+    'serve') _q_subs='' _q_flags='-h --help --insecure-no-auth' _q_vals='--listen --credentials --tls-cert --tls-key --max-connections --max-request-size' _q_pos='' ;;
     *) _q_subs='' _q_flags='' _q_vals='' _q_pos='' ;;
   esac
 }
@@ -51,6 +52,9 @@ _q_value() {
     'config|--content-dedup') echo 'set on off' ;;
     'stats|--output') echo 'file' ;;
     'redrive|--to') echo 'queue' ;;
+    'serve|--credentials') echo 'file' ;;
+    'serve|--tls-cert') echo 'file' ;;
+    'serve|--tls-key') echo 'file' ;;
     *) return 1 ;;
   esac
 }

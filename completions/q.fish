@@ -9,7 +9,7 @@
 function __q_subs
     switch $argv[1]
         case 'q'
-            printf "%s\n" create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify
+            printf "%s\n" create config send receive ack work extend nack peek show pause resume stats list dlq redrive top check purge delete export import backup verify serve
         case 'q dlq'
             printf "%s\n" list show delete purge
     end
@@ -48,6 +48,8 @@ function __q_vals
             printf "%s\n" --interval
         case 'q check'
             printf "%s\n" --max-dead --max-age --max-depth --min-rate --sample -t --timeout
+        case 'q serve'
+            printf "%s\n" --listen --credentials --tls-cert --tls-key --max-connections --max-request-size
     end
 end
 
@@ -236,6 +238,7 @@ complete -c q -n '__q_need_sub "q"' -a export -d 'Write every message of a queue
 complete -c q -n '__q_need_sub "q"' -a import -d 'Read JSON lines as written by \'q export\' from standard input into QUEUE, in one transaction'
 complete -c q -n '__q_need_sub "q"' -a backup -d 'Write a consistent, compacted copy of the queue file to FILE while producers and consumers keep running (replaced atomically)'
 complete -c q -n '__q_need_sub "q"' -a verify -d 'Check the whole queue file, read-only and safe while it is in use: every record\'s checksum, every index entry, the counters'
+complete -c q -n '__q_need_sub "q"' -a serve -d 'Serve the queues of the file (or cluster) over Amazon SQS\'s HTTP API, so AWS SDKs and the aws CLI use them unmodified'
 complete -c q -n '__q_at "q"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q"' -l version -d 'Display program version information and exit'
 complete -c q -n '__q_at "q"' -s f -l file -r -F -a 'nats:// tls://' -d 'Queue file (default: $Q_FILE, else the XDG data path)'
@@ -442,3 +445,13 @@ complete -c q -n '__q_at "q backup"' -s h -l help -d 'Print this help message an
 
 # q verify
 complete -c q -n '__q_at "q verify"' -s h -l help -d 'Print this help message and exit'
+
+# q serve
+complete -c q -n '__q_at "q serve"' -s h -l help -d 'Print this help message and exit'
+complete -c q -n '__q_at "q serve"' -l listen -x -d 'ADDRESS:PORT to listen on (default 127.0.0.1:9324; port 0: any free port)'
+complete -c q -n '__q_at "q serve"' -l credentials -r -F -d 'Access keys allowed in, in ~/.aws/credentials\' format (aws_access_key_id, aws_secret_access_key under any [profile])'
+complete -c q -n '__q_at "q serve"' -l insecure-no-auth -d 'Accept unsigned requests (only on a loopback address)'
+complete -c q -n '__q_at "q serve"' -l tls-cert -r -F -d 'Serve HTTPS with this certificate (PEM)'
+complete -c q -n '__q_at "q serve"' -l tls-key -r -F -d 'The certificate\'s private key (PEM)'
+complete -c q -n '__q_at "q serve"' -l max-connections -x -d 'Connections served at once, a thread each (default 64)'
+complete -c q -n '__q_at "q serve"' -l max-request-size -x -d 'Largest request body in bytes (default 1048576)'

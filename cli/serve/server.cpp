@@ -1,0 +1,286 @@
+#include "server.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include "crypto.hpp"
+#include "error.hpp"
+#include "service.hpp"
+#include "sigv4.hpp"
+#include "wire.hpp"
+
+namespace serve {
+
+namespace {
+
+using nlohmann::json;
+
+// Set on the thread that refuses a connection beyond the pool's bound.
+thread_local bool refusing = false;
+
+// cpp-httplib's pool takes every connection and queues it without bound; this
+// one runs at most `threads` at once (a keep-alive connection holds its thread)
+// and queues at most `queued` more. Beyond that a connection is answered at
+// once with 503 on the refusing thread (its read bounded by the read timeout),
+// and when even that one is busy, the accept loop waits: the kernel's backlog
+// holds the rest.
+class BoundedPool : public httplib::TaskQueue {
+ public:
+  BoundedPool(std::size_t threads, std::size_t queued) : max_queued_(queued) {
+    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, false); });
+    refuser_ = std::thread([this] { work(refused_, true); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (jobs_.size() < max_queued_ + idle_) {
+      jobs_.push_back(std::move(fn));
+      cond_.notify_all();
+      return;
+    }
+    // Full: refuse, one at a time.
+    space_.wait(lock, [&] { return refused_.empty() || shutdown_; });
+    refused_.push_back(std::move(fn));
+    cond_.notify_all();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    cond_.notify_all();
+    space_.notify_all();
+    for (auto& t : workers_) t.join();
+    refuser_.join();
+  }
+
+ private:
+  void work(std::deque<std::function<void()>>& from, bool refuse) {
+    refusing = refuse;
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (!refuse) ++idle_;
+        cond_.wait(lock, [&] { return !from.empty() || shutdown_; });
+        if (!refuse) --idle_;
+        if (from.empty()) return;
+        fn = std::move(from.front());
+        from.pop_front();
+        space_.notify_all();
+      }
+      fn();
+    }
+  }
+  std::size_t max_queued_;
+  std::size_t idle_ = 0;
+  bool shutdown_ = false;
+  std::mutex mutex_;
+  std::condition_variable cond_, space_;
+  std::deque<std::function<void()>> jobs_, refused_;
+  std::vector<std::thread> workers_;
+  std::thread refuser_;
+};
+
+std::string request_id() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uint64_t a = random(), b = random();
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xFFFF, a & 0xFFFF,
+                     b >> 48, b & 0xFFFFFFFFFFFF);
+}
+
+struct Handler {
+  Service& service;
+  const Credentials* credentials;  // null: --insecure-no-auth
+  bool tls;
+
+  void operator()(const httplib::Request& req, httplib::Response& res) const {
+    std::string id = request_id();
+    res.set_header("x-amzn-RequestId", id);
+    std::string target = req.get_header_value("X-Amz-Target");
+    bool json_protocol = !target.empty();
+    std::string action;
+    try {
+      if (json_protocol) {
+        const std::string prefix = "AmazonSQS.";
+        if (target.compare(0, prefix.size(), prefix) != 0)
+          throw SqsError(400, "InvalidAction", "UnknownOperationException",
+                         "X-Amz-Target " + target + " is not AmazonSQS.ACTION");
+        action = target.substr(prefix.size());
+      }
+      RequestInfo info;
+      info.host = req.get_header_value("Host");
+      if (info.host.empty()) info.host = "localhost";
+      info.tls = tls;
+      if (credentials) {
+        SignedRequest signed_request{req.method, req.target, {}, req.body};
+        for (const auto& [k, v] : req.headers) signed_request.headers.emplace_back(k, v);
+        auto failure = verify(signed_request, *credentials, service.clock().now(), info.region);
+        if (!failure.code.empty())
+          throw SqsError(failure.status, failure.code, failure.code, failure.message);
+      }
+      json in;
+      std::map<std::string, std::string> form;
+      if (json_protocol) {
+        in = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
+        if (!in.is_object())
+          throw SqsError(400, "MalformedQueryString", "SerializationException",
+                         "The request body is not a JSON object");
+      } else {
+        form = parse_form(req.body);
+        for (const auto& [k, v] : req.params) form.emplace(k, v);
+        action = form.count("Action") ? form["Action"] : "";
+        if (action.empty())
+          throw SqsError(400, "MissingAction", "MissingAction",
+                         "The request needs an Action (query protocol) or X-Amz-Target (JSON)");
+        in = query_to_json(action, form);
+      }
+      json out = service.call(action, in, info);
+      if (json_protocol)
+        res.set_content(out.dump(), "application/x-amz-json-1.0");
+      else
+        res.set_content(xml_reply(action, out, id), "text/xml");
+    } catch (const SqsError& e) {
+      res.status = e.status;
+      if (json_protocol) {
+        res.set_header("x-amzn-query-error", e.code + (e.sender ? ";Sender" : ";Receiver"));
+        res.set_content(json_error(e), "application/x-amz-json-1.0");
+      } else {
+        res.set_content(xml_error(e, id), "text/xml");
+      }
+    } catch (const std::exception& e) {
+      SqsError internal(500, "InternalError", "InternalError", e.what(), false);
+      res.status = 500;
+      if (json_protocol) {
+        res.set_header("x-amzn-query-error", "InternalError;Receiver");
+        res.set_content(json_error(internal), "application/x-amz-json-1.0");
+      } else {
+        res.set_content(xml_error(internal, id), "text/xml");
+      }
+    }
+  }
+};
+
+}  // namespace
+
+int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clock& clock) {
+  std::optional<Credentials> credentials;
+  if (o.credentials) {
+    credentials = read_credentials(*o.credentials);
+  } else if (!is_loopback(o.host)) {
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("--insecure-no-auth: only on a loopback address, not {} (give "
+                               "--credentials FILE)",
+                               o.host));
+  }
+  if (o.tls_cert.has_value() != o.tls_key.has_value())
+    throw q::Error(q::ErrorKind::Usage, "--tls-cert and --tls-key go together");
+
+  auto watch = broker->watch();
+  Service service(std::move(broker), clock);
+
+  std::unique_ptr<httplib::Server> server;
+  if (o.tls_cert) {
+    auto tls = std::make_unique<httplib::SSLServer>(o.tls_cert->c_str(), o.tls_key->c_str());
+    if (!tls->is_valid())
+      throw q::Error(q::ErrorKind::Usage,
+                     fmt::format("--tls-cert {} / --tls-key {}: not a certificate and its key "
+                                 "(PEM)",
+                                 *o.tls_cert, *o.tls_key));
+    server = std::move(tls);
+  } else {
+    server = std::make_unique<httplib::Server>();
+  }
+  std::size_t threads = o.max_connections;
+  server->new_task_queue = [threads] { return new BoundedPool(threads, 0); };
+  server->set_payload_max_length(o.max_request);
+  server->set_read_timeout(o.read_timeout, 0);
+  server->set_write_timeout(o.read_timeout, 0);
+  server->set_keep_alive_timeout(o.idle_timeout);
+  server->set_keep_alive_max_count(100000);
+  server->set_pre_routing_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!refusing) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 503;
+    res.set_header("Connection", "close");
+    res.set_header("Retry-After", "1");
+    res.set_content(
+        "<?xml version=\"1.0\"?><ErrorResponse><Error><Type>Receiver</Type><Code>"
+        "ServiceUnavailable</Code><Message>Too many connections: q serve is at "
+        "--max-connections</Message></Error></ErrorResponse>",
+        "text/xml");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  Handler handler{service, credentials ? &*credentials : nullptr, o.tls_cert.has_value()};
+  server->Post(".*", handler);
+  server->Get(".*", handler);
+
+  // Stop signals go to the thread that waits for them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  // Port 0: any free port (the start-up line names it; tests use this).
+  int port = o.port;
+  if (port == 0) port = server->bind_to_any_port(o.host.c_str());
+  if (port <= 0 || (o.port != 0 && !server->bind_to_port(o.host.c_str(), o.port)))
+    throw q::Error(q::ErrorKind::Busy,
+                   fmt::format("--listen {}:{}: cannot listen there (in use, or not an address "
+                               "of this host)",
+                               o.host, o.port));
+
+  std::atomic<bool> done{false};
+  std::thread waker([&] {
+    // Another process's commit (q send on the file, a q serve on the
+    // cluster) rings the doorbell: wake the long polls.
+    int fd = watch ? watch->fd() : -1;
+    while (!done) {
+      if (fd < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 200) > 0) {
+        watch->drain();
+        service.notify();
+      }
+    }
+  });
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    if (done) return;
+    std::cerr << fmt::format("q serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    service.stop();
+    server->stop();
+  });
+
+  std::cerr << fmt::format(
+      "q serve: {} on {}://{}:{} ({} connections at most){}\n", o.location,
+      o.tls_cert ? "https" : "http", o.host, port, o.max_connections,
+      credentials ? fmt::format(", {} access key(s)", credentials->size()) : "");
+  if (!credentials)
+    std::cerr << "q serve: WARNING: --insecure-no-auth: any local process may use these queues "
+                 "without a signature\n";
+  bool ok = server->listen_after_bind();
+  done = true;
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  waker.join();
+  return ok ? 0 : 74;
+}
+
+}  // namespace serve

@@ -1,0 +1,44 @@
+#include "serve_handoff.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "context.hpp"
+
+namespace cli {
+
+ServeRunner serve_runner = nullptr;
+
+bool is_serve_command(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-f" || arg == "--file" || arg == "--lock-timeout") {
+      ++i;
+      continue;
+    }
+    if (!arg.empty() && arg[0] == '-') continue;
+    return arg == "serve";
+  }
+  return false;
+}
+
+int hand_over_to_q_serve(char** argv) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string beside(self);
+    beside = beside.substr(0, beside.rfind('/') + 1) + "q-serve";
+    ::execv(beside.c_str(), argv);
+  }
+  ::execvp("q-serve", argv);
+  std::cerr << "q serve: the SQS endpoint (q-serve) is not installed beside q nor on PATH ("
+            << std::strerror(errno) << ")\n";
+  return kUnavailable;
+}
+
+}  // namespace cli

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""q serve against boto3, the SQS client nobody here wrote.
+
+Run by test_serve.sh with Debian's python3 (boto3 1.26: the query protocol)
+and with the newer pip boto3 (1.43: AWS JSON 1.0). Usage:
+  sqs_client.py ENDPOINT KEY SECRET PREFIX
+Prints what it checks; exits 1 at the first failure.
+"""
+import hashlib
+import json
+import sys
+import threading
+import time
+
+import boto3
+import botocore
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+endpoint, key, secret, prefix = sys.argv[1:5]
+scale = float(__import__("os").environ.get("Q_TEST_TIME_SCALE", "1"))
+
+
+def client(secret_key=secret):
+    return boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret_key,
+                        config=Config(retries={"max_attempts": 1}))
+
+
+sqs = client()
+print(f"boto3 {boto3.__version__} botocore {botocore.__version__}: {endpoint}")
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}")
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def error_code(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def attrs(url, *names):
+    return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(names) or ["All"])["Attributes"]
+
+
+# A wrong secret is refused and touches nothing.
+code = error_code(client("wrong-secret").create_queue, QueueName=f"{prefix}-nope")
+check(code == "SignatureDoesNotMatch", f"a wrong secret is refused ({code})")
+check(error_code(sqs.get_queue_url, QueueName=f"{prefix}-nope") ==
+      "AWS.SimpleQueueService.NonExistentQueue", "the refused request created nothing")
+
+# The sign-up rush: producers at 167/s, consumers at 50/s in all, poison
+# messages dead-lettered after maxReceiveCount, redriven by StartMessageMoveTask.
+dlq = sqs.create_queue(QueueName=f"{prefix}-signups-dlq")["QueueUrl"]
+dlq_arn = attrs(dlq, "QueueArn")["QueueArn"]
+src = sqs.create_queue(QueueName=f"{prefix}-signups", Attributes={
+    "VisibilityTimeout": "1",
+    "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})})["QueueUrl"]
+check(json.loads(attrs(src, "RedrivePolicy")["RedrivePolicy"])["maxReceiveCount"] == 2,
+      "RedrivePolicy reads back")
+check(sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [src],
+      "ListDeadLetterSourceQueues names the source")
+
+sent, lock = {}, threading.Lock()
+POISON_EVERY = 25
+
+
+def producer(n, offset):
+    start = time.monotonic()
+    for i in range(n):
+        k = offset + i
+        body = json.dumps({"user": k, "poison": k % POISON_EVERY == 0})
+        r = sqs.send_message(QueueUrl=src, MessageBody=body, MessageAttributes={
+            "kind": {"DataType": "String", "StringValue": "signup"},
+            "n": {"DataType": "Number", "StringValue": str(k)}})
+        check_md5 = hashlib.md5(body.encode()).hexdigest() == r["MD5OfMessageBody"]
+        if not check_md5:
+            print("FAIL: MD5OfMessageBody")
+            sys.exit(1)
+        with lock:
+            sent[r["MessageId"]] = k
+        delay = start + (i + 1) / (167 / 2) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+deleted, poison_seen = {}, set()
+
+
+def consumer(stop):
+    c = client()
+    start, taken = time.monotonic(), 0
+    while not stop.is_set():
+        got = c.receive_message(QueueUrl=src, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                MessageAttributeNames=["All"], AttributeNames=["All"])
+        for m in got.get("Messages", []):
+            taken += 1
+            body = json.loads(m["Body"])
+            if body["poison"]:
+                with lock:
+                    poison_seen.add(m["MessageId"])
+                continue  # never deleted: dead-lettered after 2 receives
+            assert m["MessageAttributes"]["kind"]["StringValue"] == "signup"
+            c.delete_message(QueueUrl=src, ReceiptHandle=m["ReceiptHandle"])
+            with lock:
+                deleted[m["MessageId"]] = deleted.get(m["MessageId"], 0) + 1
+        delay = start + taken / 25 - time.monotonic()  # 25/s each, 50/s in all
+        if delay > 0:
+            time.sleep(delay)
+
+
+N = 300
+stop = threading.Event()
+producers = [threading.Thread(target=producer, args=(N // 2, i * N // 2)) for i in range(2)]
+consumers = [threading.Thread(target=consumer, args=(stop,)) for _ in range(2)]
+for t in producers + consumers:
+    t.start()
+for t in producers:
+    t.join()
+poison = {i for i, k in sent.items() if k % POISON_EVERY == 0}
+deadline = time.monotonic() + 60 * scale
+while time.monotonic() < deadline:
+    with lock:
+        if set(deleted) == set(sent) - poison:
+            break
+    time.sleep(0.2)
+# The poison messages die after their second receive: wait for the DLQ to hold them all.
+while time.monotonic() < deadline and int(attrs(dlq, "ApproximateNumberOfMessages")
+                                          ["ApproximateNumberOfMessages"]) < len(poison):
+    time.sleep(0.2)
+stop.set()
+for t in consumers:
+    t.join()
+check(len(sent) == N, f"{N} sign-ups sent")
+check(set(deleted) == set(sent) - poison, f"every good one received and deleted ({len(deleted)})")
+check(int(attrs(dlq)["ApproximateNumberOfMessages"]) == len(poison),
+      f"the {len(poison)} poison messages are in the DLQ")
+a = attrs(src)
+check(a["ApproximateNumberOfMessages"] == "0" and a["ApproximateNumberOfMessagesNotVisible"] == "0",
+      "the source queue is empty")
+if hasattr(sqs, "start_message_move_task"):
+    task = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+    check(tasks[0]["TaskHandle"] == task and tasks[0]["Status"] == "COMPLETED" and
+          tasks[0]["ApproximateNumberOfMessagesMoved"] == len(poison),
+          "StartMessageMoveTask moved them back")
+    check(attrs(src)["ApproximateNumberOfMessages"] == str(len(poison)),
+          "the redriven messages are in the source queue")
+    code = error_code(sqs.cancel_message_move_task, TaskHandle=task)
+    check(code is not None, f"a completed task cannot be cancelled ({code})")
+else:
+    print("note: this botocore has no StartMessageMoveTask (added in 1.31); q redrive does it")
+
+# Message attributes of every type, their MD5 checked by botocore.
+q2 = sqs.create_queue(QueueName=f"{prefix}-attrs")["QueueUrl"]
+r = sqs.send_message(QueueUrl=q2, MessageBody="héllo <&> \r\n", MessageAttributes={
+    "s": {"DataType": "String", "StringValue": "ünï"},
+    "b": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+    "n": {"DataType": "Number.int", "StringValue": "42"}})
+m = sqs.receive_message(QueueUrl=q2, MessageAttributeNames=["All"], AttributeNames=["All"])["Messages"][0]
+check(m["Body"] == "héllo <&> \r\n", "the body comes back byte for byte")
+check(m["MessageAttributes"]["b"]["BinaryValue"] == b"\x00\x01\xff" and
+      m["MessageAttributes"]["n"]["DataType"] == "Number.int", "typed attributes come back")
+check(m["MD5OfMessageAttributes"] == r["MD5OfMessageAttributes"], "MD5OfMessageAttributes agree")
+check(m["Attributes"]["ApproximateReceiveCount"] == "1", "ApproximateReceiveCount")
+# A stale handle on a standard queue: accepted, nothing deleted (SQS's behaviour).
+sqs.change_message_visibility(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+m2 = sqs.receive_message(QueueUrl=q2)["Messages"][0]
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
+check(attrs(q2)["ApproximateNumberOfMessagesNotVisible"] == "1",
+      "a stale handle's DeleteMessage succeeds and deletes nothing")
+code = error_code(sqs.delete_message, QueueUrl=q2, ReceiptHandle="not-a-receipt")
+check(code == "ReceiptHandleIsInvalid", f"a malformed handle is refused ({code})")
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m2["ReceiptHandle"])
+
+# Batches.
+r = sqs.send_message_batch(QueueUrl=q2, Entries=[
+    {"Id": f"e{i}", "MessageBody": f"b{i}"} for i in range(10)])
+check(len(r["Successful"]) == 10, "SendMessageBatch of 10")
+code = error_code(sqs.send_message_batch, QueueUrl=q2, Entries=[
+    {"Id": f"e{i}", "MessageBody": "x"} for i in range(11)])
+check(code == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", f"11 entries refused ({code})")
+got = sqs.receive_message(QueueUrl=q2, MaxNumberOfMessages=10)["Messages"]
+r = sqs.delete_message_batch(QueueUrl=q2, Entries=[
+    {"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+check(len(r["Successful"]) == len(got) and not r.get("Failed"), "DeleteMessageBatch")
+code = error_code(sqs.receive_message, QueueUrl=q2, MaxNumberOfMessages=11)
+check(code == "InvalidParameterValue", f"MaxNumberOfMessages 11 refused ({code})")
+
+# FIFO: each group in send order, one delivery of a group at a time.
+fifo = sqs.create_queue(QueueName=f"{prefix}-orders.fifo", Attributes={
+    "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+for i in range(6):
+    sqs.send_message(QueueUrl=fifo, MessageBody=f"{'ab'[i % 2]}{i}", MessageGroupId="ab"[i % 2])
+dup = sqs.send_message(QueueUrl=fifo, MessageBody="a0", MessageGroupId="a")
+order = []
+while True:
+    got = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10,
+                              AttributeNames=["MessageGroupId"]).get("Messages", [])
+    if not got:
+        break
+    for m in got:
+        order.append(m["Body"])
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+check([b for b in order if b[0] == "a"] == ["a0", "a2", "a4"] and
+      [b for b in order if b[0] == "b"] == ["b1", "b3", "b5"],
+      f"FIFO groups in order, the duplicate dropped ({order})")
+code = error_code(sqs.send_message, QueueUrl=fifo, MessageBody="x")
+check(code == "MissingParameter", f"FIFO without MessageGroupId refused ({code})")
+
+# A long poll woken by a send.
+lp = sqs.create_queue(QueueName=f"{prefix}-longpoll")["QueueUrl"]
+result = {}
+
+
+def poll():
+    t0 = time.monotonic()
+    got = client().receive_message(QueueUrl=lp, WaitTimeSeconds=20).get("Messages", [])
+    result["elapsed"], result["n"] = time.monotonic() - t0, len(got)
+
+
+t = threading.Thread(target=poll)
+t.start()
+time.sleep(1.0)
+t0 = time.monotonic()
+sqs.send_message(QueueUrl=lp, MessageBody="wake up")
+t.join()
+check(result["n"] == 1 and result["elapsed"] < 5 * scale,
+      f"a long poll is woken by a send ({result['elapsed']:.2f}s into its 20s)")
+
+names = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix=prefix)["QueueUrls"]]
+check(sorted(names) == sorted([f"{prefix}-signups-dlq", f"{prefix}-signups", f"{prefix}-attrs",
+                               f"{prefix}-orders.fifo", f"{prefix}-longpoll"]),
+      "ListQueues by prefix")
+sqs.purge_queue(QueueUrl=lp)
+sqs.delete_queue(QueueUrl=lp)
+check(error_code(sqs.get_queue_url, QueueName=f"{prefix}-longpoll") ==
+      "AWS.SimpleQueueService.NonExistentQueue", "DeleteQueue")
+print("PASS")

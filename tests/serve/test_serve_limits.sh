@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# q serve's bounds, with curl: a body over --max-request-size is refused with
+# 413 before it is read, a connection beyond --max-connections gets 503 at
+# once, and --tls-cert/--tls-key serve HTTPS.
+#   test_serve_limits.sh PATH_TO_q    (q-serve beside q)
+source "$(dirname "$0")/../e2e/lib.sh" "$1"
+strict() { [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; }
+[[ -x $(dirname "$Q")/q-serve ]] || { strict && die "no q-serve beside $Q"; skip "no q-serve beside $Q"; }
+for tool in curl openssl; do
+  command -v $tool >/dev/null || { strict && die "no $tool"; skip "no $tool"; }
+done
+
+start() {  # LOG ARGS...: starts q serve, sets PORT
+  local log=$1
+  shift
+  "$Q" serve --listen 127.0.0.1:0 "$@" 2>"$log" &
+  wait_for 20 grep -q 'q serve: .* on http' "$log" || die "q serve did not start: $(cat "$log")"
+  PORT=$(grep -oE 'on https?://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://')
+}
+
+start "$T/a.log" --insecure-no-auth --max-connections 1 --max-request-size 300000
+assert_contains "$(cat "$T/a.log")" "WARNING: --insecure-no-auth" "no auth is said loudly"
+EP=http://127.0.0.1:$PORT
+run curl -s -o "$T/body" -w '%{http_code}' -d 'Action=CreateQueue&QueueName=jobs' "$EP/"
+assert_eq 200 "$OUT" "CreateQueue without auth on loopback"
+assert_contains "$(cat "$T/body")" "<QueueUrl>$EP/000000000000/jobs</QueueUrl>" "its QueueUrl"
+
+# 413 before the body is read: curl announces 400000 bytes and the server
+# answers without waiting for them.
+head -c 400000 /dev/zero | tr '\0' a >"$T/big"
+run curl -s -o /dev/null -w '%{http_code}' -H 'Expect:' --data-binary @"$T/big" "$EP/"
+assert_eq 413 "$OUT" "a body over --max-request-size: 413"
+run "$Q" stats jobs --json
+assert_eq 0 "$(jq -r .sent <<<"$OUT")" "and nothing was sent"
+
+# One connection held open (keep-alive, idle) takes the only thread: the next is 503.
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 17\r\n\r\nAction=ListQueues' >&3
+read -r -t 10 status <&3
+assert_contains "$status" "200" "the held connection is served"
+run curl -s -o "$T/body" -w '%{http_code}' --max-time 10 -d 'Action=ListQueues' "$EP/"
+assert_eq 503 "$OUT" "a connection beyond --max-connections: 503"
+assert_contains "$(cat "$T/body")" "ServiceUnavailable" "with SQS's code"
+exec 3>&-
+wait_for 15 bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -d Action=ListQueues $EP/) == 200 ]]" ||
+  fail "served again once the held connection closed"
+
+# HTTPS.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" -days 1 \
+  -subj /CN=127.0.0.1 >/dev/null 2>&1 || die "openssl req failed"
+start "$T/b.log" --insecure-no-auth --tls-cert "$T/cert.pem" --tls-key "$T/key.pem"
+run curl -s -k -o "$T/body" -w '%{http_code}' -d 'Action=ListQueues' "https://127.0.0.1:$PORT/"
+assert_eq 200 "$OUT" "HTTPS with --tls-cert/--tls-key"
+assert_contains "$(cat "$T/body")" "https://127.0.0.1:$PORT/000000000000/jobs" "https queue URLs"
+assert_exit 64 "$Q" serve --listen 127.0.0.1:0 --insecure-no-auth --tls-cert "$T/cert.pem"
+assert_contains "$ERR" "--tls-key" "a certificate without its key names the flag"
