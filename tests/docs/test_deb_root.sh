@@ -9,8 +9,9 @@
 #   is installed and /usr/bin/q-nats is there;
 # - the installed q, run inside the chroot (which shares the host's loopback),
 #   creates a queue on a 3-node cluster that needs TLS and a password
-#   (scripts/nats-cluster --tls --user), sends, receives and acks, with the
-#   CA and the credentials from NATS_CA, NATS_USER and NATS_PASSWORD;
+#   (scripts/nats-cluster --tls --auth), sends, receives and acks, with the
+#   CA and the credentials from NATS_CA, NATS_USER and NATS_PASSWORD, and a
+#   wrong password exits 77 naming the authorization violation;
 # - and a queue file in the root works as well.
 # Needs root (chroot, mount): skipped (77) otherwise.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -78,15 +79,21 @@ in_root sh -c 'q -f /tmp/x.q create smoke && q -f /tmp/x.q send smoke hello >/de
 
 # A cluster with TLS and a password, on the host's loopback.
 CL=$T/cluster
-urls=$("$SRC/scripts/nats-cluster" start --tls --user app:s3cr3t-deb "$CL" 3) ||
-  die "the TLS cluster did not start"
+urls=$("$SRC/scripts/nats-cluster" start --tls --auth "$CL" 3) || die "the TLS cluster did not start"
 # shellcheck source=/dev/null
 source "$CL/env"
-cp "$NATS_CA_FILE" "$root/tmp/ca.pem"
-location=${urls/nats:\/\//tls://}/debroot
-out=$(in_root env NATS_CA=/tmp/ca.pem NATS_USER=app NATS_PASSWORD=s3cr3t-deb sh -c "
+cp "$NATS_TEST_CA" "$root/tmp/ca.pem"
+location=$urls/debroot
+[[ $location == tls://* ]] || fail "the TLS cluster's location is $location, not tls://"
+out=$(in_root env NATS_CA=/tmp/ca.pem NATS_USER="$NATS_TEST_USER" NATS_PASSWORD="$NATS_TEST_PASSWORD" sh -c "
   q -f '$location' create x && q -f '$location' send x 'from the package' >/dev/null &&
   r=\$(q -f '$location' receive x) && q -f '$location' ack x \"\$(printf '%s' \"\$r\" | cut -f2)\" &&
   printf '%s\n' \"\$r\" | cut -f4" 2>&1)
 [[ $out == 'from the package' ]] || fail "the installed q on a TLS cluster with a password: $out"
-grep -q s3cr3t-deb <<<"$out" && fail "the password appeared in the output: $out"
+grep -qF "$NATS_TEST_PASSWORD" <<<"$out" && fail "the password appeared in the output: $out"
+# And a wrong password is refused at once with 77, naming no secret.
+in_root env NATS_CA=/tmp/ca.pem NATS_USER="$NATS_TEST_USER" NATS_PASSWORD=wrong-deb q -f "$location" list \
+  >"$T/wrong" 2>&1
+rc=$?
+((rc == 77)) || fail "a wrong password from the installed q: exit $rc, want 77: $(cat "$T/wrong")"
+grep -qi 'authorization violation' "$T/wrong" || fail "a wrong password: $(cat "$T/wrong")"

@@ -23,6 +23,7 @@ qnats=$(dirname "$Q")/q-nats
 {
   echo usr/bin/q
   [[ -x $qnats ]] && echo usr/bin/q-nats
+  [[ -x $(dirname "$Q")/q-serve ]] && echo usr/bin/q-serve
   echo usr/share/man/man1/q.1.gz
   echo usr/share/man/man7/q.7.gz
   for c in $(subs q); do echo "usr/share/man/man1/q-$c.1.gz"; done
