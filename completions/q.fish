@@ -255,7 +255,7 @@ complete -c q -n '__q_at "q create"' -l max-depth -x -d 'Refuse sends beyond thi
 complete -c q -n '__q_at "q create"' -l max-size -x -d 'Largest body: bytes, or 512K, 10M, 1MiB (binary), 10MB (decimal) (default 1048576, 1M)'
 complete -c q -n '__q_at "q create"' -l dedup-window -x -d 'How long a --dedup-id is remembered (default 5m)'
 complete -c q -n '__q_at "q create"' -l rate -x -d 'Messages per second that all \'q work\' consumers of the queue together may start, like 50/s, 3000/m (default 0: no limit)'
-complete -c q -n '__q_at "q create"' -l content-dedup -x -a 'on off' -x -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
+complete -c q -n '__q_at "q create"' -l content-dedup -x -a 'on off' -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
 complete -c q -n '__q_at "q create"' -l fifo -d 'A FIFO queue: messages carry a --group and each group is delivered in send order, one delivery at a time (fixed once created)'
 
 # q config
@@ -268,7 +268,7 @@ complete -c q -n '__q_at "q config"' -l max-depth -x -d 'Refuse sends beyond thi
 complete -c q -n '__q_at "q config"' -l max-size -x -d 'Largest body: bytes, or 512K, 10M, 1MiB (binary), 10MB (decimal) (default 1048576, 1M)'
 complete -c q -n '__q_at "q config"' -l dedup-window -x -d 'How long a --dedup-id is remembered (default 5m)'
 complete -c q -n '__q_at "q config"' -l rate -x -d 'Messages per second that all \'q work\' consumers of the queue together may start, like 50/s, 3000/m (default 0: no limit)'
-complete -c q -n '__q_at "q config"' -l content-dedup -x -a 'on off' -x -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
+complete -c q -n '__q_at "q config"' -l content-dedup -x -a 'on off' -d 'FIFO queues: without --dedup-id, a body sent again within the dedup window is a duplicate (SHA-256 of the body)'
 complete -c q -n '__q_at "q config"' -l json -d 'Print the settings as one JSON object'
 complete -c q -n '__q_at "q config"' -l fifo -d 'Fails unless the queue is FIFO: a queue\'s kind cannot change'
 complete -c q -n '__q_at "q config"' -l standard -d 'Fails unless the queue is standard: a queue\'s kind cannot change'
@@ -354,7 +354,7 @@ complete -c q -n '__q_at "q resume"' -s h -l help -d 'Print this help message an
 complete -c q -n '__q_at "q stats"' -s h -l help -d 'Print this help message and exit'
 complete -c q -n '__q_at "q stats"' -l json -d 'One JSON object a line per queue'
 complete -c q -n '__q_at "q stats"' -l prometheus -d 'Prometheus text format (node_exporter textfile collector)'
-complete -c q -n '__q_at "q stats"' -l output -r -F -x -d 'With --prometheus: write FILE atomically (temp file + rename)'
+complete -c q -n '__q_at "q stats"' -l output -r -F -d 'With --prometheus: write FILE atomically (temp file + rename)'
 complete -c q -n '__q_at "q stats"' -l watch -d 'Print a line per queue every --interval: counts, in and out rates, time to empty'
 complete -c q -n '__q_at "q stats"' -l interval -x -d 'With --watch: how often (default 1s)'
 
@@ -403,7 +403,7 @@ complete -c q -n '__q_at "q redrive"' -l reason -x -d 'Only dead letters whose r
 complete -c q -n '__q_at "q redrive"' -l since -x -d 'Only those dead-lettered within DUR'
 complete -c q -n '__q_at "q redrive"' -s n -l max -x -d 'Move at most N'
 complete -c q -n '__q_at "q redrive"' -l rate -x -d 'Trickle them back at N per second instead of all at once, like 5/s'
-complete -c q -n '__q_at "q redrive"' -l to -x -a '(__q_queues)' -x -d 'Move them to this queue instead'
+complete -c q -n '__q_at "q redrive"' -l to -x -a '(__q_queues)' -d 'Move them to this queue instead'
 complete -c q -n '__q_at "q redrive"' -l dry-run -d 'Print what would move, move nothing'
 complete -c q -n '__q_at "q redrive"' -l json -d 'One JSON object a line per dead letter'
 
