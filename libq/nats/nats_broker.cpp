@@ -388,6 +388,10 @@ class NatsBroker final : public Broker {
     counters_.count(queue, nats::counter::kNacked,
                     nats::event_id("nk", names_.stream(queue), seq, lease.nonce));
     leases_.rearm(lease.reply, delay);
+    // q work looks again when the released message is visible, not on the
+    // next one-second beat (a 300 ms backoff waited a whole second).
+    auto [r, fresh] = released_at_.try_emplace(queue, now + delay);
+    if (!fresh) r->second = std::min(r->second, now + delay);
     return {now + delay, false};
   }
 
@@ -606,9 +610,23 @@ class NatsBroker final : public Broker {
       // FIFO: the heads of free groups; a receive finds them (and passes
       // over the rest), looked for on the same beat.
       constexpr Millis kLookAgain = kSecond;
+      // After a message this process released is due, look on a short beat
+      // for a while: JetStream's redelivery timer fires on the server, a
+      // little after the time q computed.
+      constexpr Millis kLookSoon = 50;
       Millis& at = look_again_[queue];
-      if (now >= at || at - now > kLookAgain)
-        at = now + kLookAgain;
+      Millis beat = kLookAgain;
+      if (auto r = released_at_.find(queue); r != released_at_.end()) {
+        if (now < r->second) {
+          if (at <= now || at > r->second) at = r->second;
+        } else if (now < r->second + kLookAgain) {
+          beat = kLookSoon;
+        } else {
+          released_at_.erase(r);
+        }
+      }
+      if (now >= at || at - now > beat)
+        at = now + beat;
       else
         next = at;
     }
@@ -617,7 +635,8 @@ class NatsBroker final : public Broker {
     if (next != INT64_MAX) next = std::max(next, paused_until);
     return next;
   }
-  std::map<std::string, Millis> look_again_;  // do_next_delivery's beat, per queue
+  std::map<std::string, Millis> look_again_;   // do_next_delivery's beat, per queue
+  std::map<std::string, Millis> released_at_;  // when a message this process nacked is due
 
   // Messages the queue's consumer has not delivered yet.
   std::uint64_t consumer_num_pending(const std::string& queue) {
