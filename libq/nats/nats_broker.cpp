@@ -617,18 +617,27 @@ class NatsBroker final : public Broker {
       Millis& at = look_again_[queue];
       Millis beat = kLookAgain;
       if (auto r = released_at_.find(queue); r != released_at_.end()) {
-        if (now < r->second) {
+        if (r->second - now > kLookAgain) {
           if (at <= now || at > r->second) at = r->second;
+        } else if (now < r->second + kLookSoon * 4) {
+          // Due within a second, or just due: it is on its way back, so a
+          // q work --exit-when-empty must not take the queue for drained
+          // (the receive that finds it is a no_wait pull).
+          at = now;
+          beat = 0;
         } else if (now < r->second + kLookAgain) {
           beat = kLookSoon;
         } else {
           released_at_.erase(r);
         }
       }
-      if (now >= at || at - now > beat)
+      if (beat == 0) {
+        // look now
+      } else if (now >= at || at - now > beat) {
         at = now + beat;
-      else
+      } else {
         next = at;
+      }
     }
     if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
