@@ -67,7 +67,10 @@ assert_eq 65 "$RC" "a never-ending line on a 64 KiB queue: exit 65"
 assert_contains "$ERR" "line 1 is over 65536 bytes, queue mib's max size" "names the queue's limit"
 rss=$(tail -n 1 "$T/mib.rss")
 echo "a never-ending line on a 64 KiB queue: refused with a peak resident size of $rss KiB"
-((rss < 64 * 1024)) || fail "q send held $rss KiB for a line on a 64 KiB queue"
+# (Not under a sanitizer: ASan's shadow memory is not q's; the part below says so.)
+if ! ldd "$Q" 2>/dev/null | grep -q 'libasan'; then
+  ((rss < 64 * 1024)) || fail "q send held $rss KiB for a line on a 64 KiB queue"
+fi
 
 # ---- kill -9 mid-stream: the ids printed are exactly those committed ----------------------
 assert_exit 0 "$Q" create K
