@@ -29,21 +29,6 @@ int hex_value(char c) {
   return -1;
 }
 
-std::string percent_decode(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    int hi = 0, lo = 0;
-    if (s[i] == '%' && i + 2 < s.size() && (hi = hex_value(s[i + 1])) >= 0 &&
-        (lo = hex_value(s[i + 2])) >= 0) {
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 bool is_nats_location(const std::string& location) {
@@ -75,6 +60,23 @@ std::string redact_location(const std::string& location) {
   std::size_t colon = info.find(':');
   std::string shown = colon == std::string::npos ? "***" : info.substr(0, colon) + ":***";
   return location.substr(0, start) + shown + location.substr(at);
+}
+
+std::string percent_decode(const std::string& s, bool plus_is_space) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    int hi = 0, lo = 0;
+    if (plus_is_space && s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && (hi = hex_value(s[i + 1])) >= 0 &&
+               (lo = hex_value(s[i + 2])) >= 0) {
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 SplitLocation split_user_info(const std::string& location) {

@@ -42,4 +42,8 @@ struct SplitLocation {
 };
 SplitLocation split_user_info(const std::string& location);
 
+// %XX escapes decoded (RFC 3986); with plus_is_space, '+' is a space too (an
+// HTML form's encoding). A '%' not followed by two hex digits stays as it is.
+std::string percent_decode(const std::string& text, bool plus_is_space = false);
+
 }  // namespace q

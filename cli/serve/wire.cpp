@@ -3,34 +3,13 @@
 #include <algorithm>
 #include <cctype>
 
+#include "location.hpp"
+
 namespace serve {
 
 using nlohmann::json;
 
 namespace {
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string form_decode(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out += ' ';
-    } else if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 &&
-               hex_digit(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -186,8 +165,8 @@ std::map<std::string, std::string> parse_form(const std::string& body) {
     std::string item = body.substr(start, end - start);
     auto eq = item.find('=');
     if (!item.empty())
-      out[form_decode(item.substr(0, eq))] =
-          eq == std::string::npos ? "" : form_decode(item.substr(eq + 1));
+      out[q::percent_decode(item.substr(0, eq), true)] =
+          eq == std::string::npos ? "" : q::percent_decode(item.substr(eq + 1), true);
     start = end + 1;
   }
   return out;
