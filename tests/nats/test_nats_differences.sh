@@ -174,7 +174,11 @@ node restart 2 >/dev/null || fail "n2 did not rejoin"
 ((rc == 69)) || fail "lock_timeout_bounds_wait: the batch cut off by the loss of quorum exited $rc, expected 69: $(cat "$T/batch.err")"
 ((took <= 3000 + 20000 * scale)) ||
   fail "lock_timeout_bounds_wait: it exited ${took} ms after the quorum was lost, with --lock-timeout 3s"
-left=$(stat_field batch visible)
+# Two nodes back from kill -9 may take a while to elect a meta leader again
+# ("JetStream system temporarily unavailable" past q's 10 s): poll for it.
+deadline=$((SECONDS + 60 * scale))
+until left=$(stat_field batch visible 2>"$T/stats.err") && [[ $left =~ ^[0-9]+$ ]] || ((SECONDS > deadline)); do sleep 0.5; done
+[[ $left =~ ^[0-9]+$ ]] || fail "batch_send_not_atomic: q stats did not answer within 60 s of the restart: $(cat "$T/stats.err")"
 ((left > 0 && left < lines)) ||
   fail "batch_send_not_atomic: $left of $lines messages stored by a batch send that exited $rc; expected some, not all"
 echo "   the batch exited $rc ${took} ms after two of three nodes were killed; $left of $lines messages stored"
