@@ -244,6 +244,7 @@ void Client::set_credentials(const NatsCredentials& c) {
     login_ = from_url ? "the token in the location" : "the token in NATS_USER";
   } else if (!c.creds.empty()) {
     check_readable("NATS_CREDS", c.creds);
+    check_creds_file(c.creds);
     s = natsOptions_SetUserCredentialsFromFiles(opts_, c.creds.c_str(), nullptr);
     login_ = fmt::format("the credentials in NATS_CREDS {}", c.creds);
   } else if (!c.nkey.empty()) {

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <vector>
@@ -62,7 +63,7 @@ std::string base32_encode(const std::vector<std::uint8_t>& data) {
 
 }  // namespace
 
-std::string read_nkey_seed(const std::string& path) {
+std::string read_nkey_seed(const std::string& path, const char* variable) {
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -72,8 +73,30 @@ std::string read_nkey_seed(const std::string& path) {
     std::string word = line.substr(start, end - start + 1);
     if (word.compare(0, 2, "SU") == 0) return word;
   }
-  throw Error(ErrorKind::InvalidData,
-              fmt::format("NATS_NKEY {}: no NKey user seed (a line starting with SU) in it", path));
+  throw Error(
+      ErrorKind::InvalidData,
+      fmt::format("{} {}: no NKey user seed (a line starting with SU) in it", variable, path));
+}
+
+void check_creds_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  bool jwt = false;
+  while (std::getline(in, line)) {
+    auto start = line.find_first_not_of(" \t\r");
+    // a JWT: base64url of {"typ":"JWT",... (eyJ), a payload and a signature
+    if (start != std::string::npos && line.compare(start, 3, "eyJ") == 0 &&
+        std::count(line.begin(), line.end(), '.') == 2)
+      jwt = true;
+  }
+  if (!jwt)
+    throw Error(ErrorKind::InvalidData,
+                fmt::format("NATS_CREDS {}: no user JWT in it (a .creds file made by nsc holds the "
+                            "user's JWT and NKey seed)",
+                            path));
+  std::string seed = read_nkey_seed(path, "NATS_CREDS");
+  nkey_public_key(seed, "NATS_CREDS " + path);
+  std::fill(seed.begin(), seed.end(), '\0');
 }
 
 std::string nkey_public_key(const std::string& seed, const std::string& what) {
