@@ -18,6 +18,17 @@ namespace {
 
 int exited(int code) { return (code & 0xff) << 8; }  // a wait status, as waitpid gives it
 int killed(int signo) { return signo & 0x7f; }
+// An ending with the fields a test names (the rest as a clean exit leaves them).
+Ending ending(int status, bool timed_out = false, bool stopped = false, int exec_errno = 0,
+              std::string stderr_tail = "") {
+  Ending e;
+  e.status = status;
+  e.timed_out = timed_out;
+  e.stopped = stopped;
+  e.exec_errno = exec_errno;
+  e.stderr_tail = std::move(stderr_tail);
+  return e;
+}
 
 class WorkerPolicyTest : public ::testing::Test {
  protected:
@@ -57,38 +68,38 @@ class WorkerPolicyTest : public ::testing::Test {
 TEST_F(WorkerPolicyTest, JudgesEachWayACommandEnds) {
   const auto& o = policy_->options();
   auto verdict = [&](Ending e) { return judge(e, o); };
-  EXPECT_EQ(verdict({exited(0)}).verdict, Verdict::Ack);
-  EXPECT_EQ(verdict({exited(65)}).verdict, Verdict::DeadLetter);
-  EXPECT_EQ(verdict({exited(65)}).what, "exit status 65");
-  EXPECT_EQ(verdict({exited(3)}).verdict, Verdict::Retry);
-  EXPECT_EQ(verdict({killed(SIGKILL)}).what, "killed by SIGKILL");
-  EXPECT_EQ(verdict({killed(SIGKILL)}).verdict, Verdict::Retry);
-  Ending timed_out{killed(SIGTERM), true};
+  EXPECT_EQ(verdict(ending(exited(0))).verdict, Verdict::Ack);
+  EXPECT_EQ(verdict(ending(exited(65))).verdict, Verdict::DeadLetter);
+  EXPECT_EQ(verdict(ending(exited(65))).what, "exit status 65");
+  EXPECT_EQ(verdict(ending(exited(3))).verdict, Verdict::Retry);
+  EXPECT_EQ(verdict(ending(killed(SIGKILL))).what, "killed by SIGKILL");
+  EXPECT_EQ(verdict(ending(killed(SIGKILL))).verdict, Verdict::Retry);
+  Ending timed_out = ending(killed(SIGTERM), true);
   EXPECT_EQ(verdict(timed_out).verdict, Verdict::Retry);
   EXPECT_EQ(verdict(timed_out).what, "timed out after 2s");
   // Exit 0 after the timeout's SIGTERM is still a failure: it did not finish in time.
-  EXPECT_EQ(verdict({exited(0), true}).verdict, Verdict::Retry);
-  Ending stopped{exited(0), false, true};
+  EXPECT_EQ(verdict(ending(exited(0), true)).verdict, Verdict::Retry);
+  Ending stopped = ending(exited(0), false, true);
   EXPECT_EQ(verdict(stopped).verdict, Verdict::ReleaseAtStop);
   EXPECT_EQ(verdict(stopped).what, "q work stopped after 5s grace");
-  Ending missing{exited(127), false, false, ENOENT};
+  Ending missing = ending(exited(127), false, false, ENOENT);
   EXPECT_EQ(verdict(missing).verdict, Verdict::Retry);
   EXPECT_EQ(verdict(missing).what, "cannot run /bin/handler: No such file or directory");
   // The reason keeps the last three lines of stderr.
-  Ending noisy{exited(1), false, false, 0, "one\ntwo\n\nthree\nfour\n"};
+  Ending noisy = ending(exited(1), false, false, 0, "one\ntwo\n\nthree\nfour\n");
   EXPECT_EQ(verdict(noisy).reason, "exit status 1: two\nthree\nfour");
 }
 
 TEST_F(WorkerPolicyTest, PlainAcksOnlyForExitZeroWithoutAKey) {
-  EXPECT_TRUE(policy_->plain_ack({exited(0)}, ""));
-  EXPECT_FALSE(policy_->plain_ack({exited(0)}, "key"));
-  EXPECT_FALSE(policy_->plain_ack({exited(1)}, ""));
-  EXPECT_FALSE(policy_->plain_ack({exited(0), true}, ""));
+  EXPECT_TRUE(policy_->plain_ack(ending(exited(0)), ""));
+  EXPECT_FALSE(policy_->plain_ack(ending(exited(0)), "key"));
+  EXPECT_FALSE(policy_->plain_ack(ending(exited(1)), ""));
+  EXPECT_FALSE(policy_->plain_ack(ending(exited(0), true), ""));
 }
 
 TEST_F(WorkerPolicyTest, AFailureIsReleasedWithBackoffOnTheClock) {
   auto m = take();
-  auto settled = policy_->settle(m, "", {exited(3), false, false, 0, "boom\n"});
+  auto settled = policy_->settle(m, "", ending(exited(3), false, false, 0, "boom\n"));
   EXPECT_EQ(settled.tally, Tally::Failed);
   EXPECT_EQ(settled.note, "message " + m.id + ": failed (exit status 3), retry in 0s");
   auto again = receive();
@@ -106,7 +117,7 @@ TEST_F(WorkerPolicyTest, TheRetryNoteCountsFromTheClock) {
   broker_ = q::open_lmdb_broker(options);
   policy_.emplace(*broker_, clock_, policy_->options());
   auto m = take();
-  auto settled = policy_->settle(m, "", {exited(1)});
+  auto settled = policy_->settle(m, "", ending(exited(1)));
   EXPECT_EQ(settled.note, "message " + m.id + ": failed (exit status 1), retry in 9999ms");
   clock_.advance(9 * kSecond);
   EXPECT_TRUE(receive().empty());
@@ -116,7 +127,7 @@ TEST_F(WorkerPolicyTest, TheRetryNoteCountsFromTheClock) {
 
 TEST_F(WorkerPolicyTest, Exit65DeadLettersAtOnce) {
   auto m = take();
-  auto settled = policy_->settle(m, "", {exited(65), false, false, 0, "bad input\n"});
+  auto settled = policy_->settle(m, "", ending(exited(65), false, false, 0, "bad input\n"));
   EXPECT_EQ(settled.tally, Tally::DeadLettered);
   EXPECT_EQ(settled.note, "message " + m.id + ": dead-lettered (exit status 65)");
   auto dead = broker_->dead_letters("jobs", 10);
@@ -132,10 +143,10 @@ TEST_F(WorkerPolicyTest, AFailureAtTheLastAllowedReceiveIsDeadLetteredThere) {
   two.max_receives = 2;
   broker_->configure("jobs", two);
   auto m = take();
-  EXPECT_EQ(policy_->settle(m, "", {exited(1)}).tally, Tally::Failed);
+  EXPECT_EQ(policy_->settle(m, "", ending(exited(1))).tally, Tally::Failed);
   auto last = receive().at(0);
   ASSERT_EQ(last.receive_count, 2u);
-  auto settled = policy_->settle(last, "", {exited(1), false, false, 0, "still down\n"});
+  auto settled = policy_->settle(last, "", ending(exited(1), false, false, 0, "still down\n"));
   EXPECT_EQ(settled.tally, Tally::DeadLettered);
   EXPECT_EQ(settled.note, "message " + m.id +
                               ": failed (exit status 1), dead-lettered: receive 2 was the last "
@@ -156,13 +167,13 @@ TEST_F(WorkerPolicyTest, AStaleReceiptIsAnOutcomeNotAnException) {
   clock_.advance(31 * kSecond);  // the lease ran out; another consumer took it
   ASSERT_EQ(receive().size(), 1u);
   Settled settled;
-  ASSERT_NO_THROW(settled = policy_->settle(m, "", {exited(1)}));
+  ASSERT_NO_THROW(settled = policy_->settle(m, "", ending(exited(1))));
   EXPECT_EQ(settled.tally, Tally::Failed);
   EXPECT_NE(settled.note.find("exit status 1"), std::string::npos) << settled.note;
   // Released at a stop with a stale receipt: it is back all the same, nothing counted.
-  EXPECT_EQ(policy_->settle(m, "", {exited(0), false, true}).tally, Tally::None);
+  EXPECT_EQ(policy_->settle(m, "", ending(exited(0), false, true)).tally, Tally::None);
   // Done but stale: counted as done, with a note.
-  settled = policy_->settle(m, "", {exited(0)});
+  settled = policy_->settle(m, "", ending(exited(0)));
   EXPECT_EQ(settled.tally, Tally::Done);
   EXPECT_EQ(settled.note, lease_lost_note(m.receipt));
   q::ReceiveOptions none;
@@ -188,7 +199,7 @@ TEST_F(WorkerPolicyTest, HeartbeatExtendsOrReportsALostLease) {
 
 TEST_F(WorkerPolicyTest, AnIdempotencyKeyIsRememberedForTheWindow) {
   auto m = take();
-  EXPECT_EQ(policy_->settle(m, "order-7", {exited(0)}).tally, Tally::Done);
+  EXPECT_EQ(policy_->settle(m, "order-7", ending(exited(0))).tally, Tally::Done);
   EXPECT_TRUE(broker_->is_done("jobs", "order-7"));
   clock_.advance(q::kHour + 1);
   EXPECT_FALSE(broker_->is_done("jobs", "order-7"));
