@@ -1,5 +1,8 @@
 // q serve [--listen ADDR:PORT] (--credentials FILE | --insecure-no-auth)
 //         [--tls-cert FILE --tls-key FILE] [--max-connections N] [--max-request-size BYTES]
+#include <pthread.h>
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -53,6 +56,15 @@ void run_serve(const ServeFlags& f, Context& ctx) {
   o.location = ctx.queue_file();
   if (!serve_runner)
     throw q::Error(q::ErrorKind::Busy, "q serve: this q has no SQS endpoint (q-serve)");
+  // SIGINT and SIGTERM are blocked before the broker opens, so that every
+  // thread it starts (nats.c's on nats://) inherits the mask and the stop
+  // signal reaches serve()'s sigwait, not a thread where it would kill the
+  // process with 143 and cut the requests in flight.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ctx.exit = serve_runner(o, ctx.open(true), ctx.clock());
 }
 

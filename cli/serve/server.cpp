@@ -1,10 +1,15 @@
 #include "server.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -100,12 +105,40 @@ std::string request_id() {
                      b >> 48, b & 0xFFFFFFFFFFFF);
 }
 
+// After a stop, the connections still open on the server's port (found in
+// /proc/self/fd: cpp-httplib hands its handlers no socket).
+void shut_connections(int port) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* e = ::readdir(dir)) {
+    int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == ::dirfd(dir)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t n = sizeof local, m = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0) continue;
+    int local_port = -1;
+    if (local.ss_family == AF_INET)
+      local_port = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+    else if (local.ss_family == AF_INET6)
+      local_port = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+    if (local_port != port) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) == 0) ::shutdown(fd, SHUT_RDWR);
+  }
+  ::closedir(dir);
+}
+
 struct Handler {
   Service& service;
   const Credentials* credentials;  // null: --insecure-no-auth
   bool tls;
+  std::atomic<int>& in_flight;  // requests being answered
 
   void operator()(const httplib::Request& req, httplib::Response& res) const {
+    ++in_flight;
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { --n; }
+    } done{in_flight};
     std::string id = request_id();
     res.set_header("x-amzn-RequestId", id);
     std::string target = req.get_header_value("X-Amz-Target");
@@ -221,7 +254,9 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
         "text/xml");
     return httplib::Server::HandlerResponse::Handled;
   });
-  Handler handler{service, credentials ? &*credentials : nullptr, o.tls_cert.has_value()};
+  std::atomic<int> in_flight{0};
+  Handler handler{service, credentials ? &*credentials : nullptr, o.tls_cert.has_value(),
+                  in_flight};
   server->Post(".*", handler);
   server->Get(".*", handler);
 
@@ -264,8 +299,17 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
     sigwait(&stop, &sig);
     if (done) return;
     std::cerr << fmt::format("q serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    service.stop();
-    server->stop();
+    service.stop();  // long polls answer now, with what they have
+    server->stop();  // no new connection
+    // The requests in flight are answered (a bounded wait: a client slow to
+    // read its reply is cut by the write timeout), then the idle connections go.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.read_timeout);
+    while (in_flight > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // After a stop cpp-httplib looks at its stop flag only between requests,
+    // once an idle keep-alive connection has waited out its timeout (30 s):
+    // each client sees its idle connection closed, as HTTP allows.
+    shut_connections(port);
   });
 
   std::cerr << fmt::format(

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # q serve's bounds, with curl: a body over --max-request-size is refused with
 # 413 before it is read, a connection beyond --max-connections gets 503 at
-# once, and --tls-cert/--tls-key serve HTTPS.
+# once, a client that stalls half-way through a request is cut off after the
+# read timeout, a flood of connections gets 503 without a thread each, and
+# --tls-cert/--tls-key serve HTTPS.
 #   test_serve_limits.sh PATH_TO_q    (q-serve beside q)
 source "$(dirname "$0")/../e2e/lib.sh" "$1"
 strict() { [[ ${CI:-} == true || ${Q_REQUIRE_ALL:-} == 1 ]]; }
@@ -14,6 +16,7 @@ start() {  # LOG ARGS...: starts q serve, sets PORT
   local log=$1
   shift
   "$Q" serve --listen 127.0.0.1:0 "$@" 2>"$log" &
+  SERVE_PID=$!  # q-serve itself: q execs it
   wait_for 20 grep -q 'q serve: .* on http' "$log" || die "q serve did not start: $(cat "$log")"
   PORT=$(grep -oE 'on https?://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://')
 }
@@ -44,6 +47,59 @@ assert_contains "$(cat "$T/body")" "ServiceUnavailable" "with SQS's code"
 exec 3>&-
 wait_for 15 bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -d Action=ListQueues $EP/) == 200 ]]" ||
   fail "served again once the held connection closed"
+
+# Slow clients: half a request (headers that never end, a body shorter than
+# its Content-Length) is answered 400 at the read timeout (10 s, man q-serve);
+# cpp-httplib then keeps the connection for the keep-alive timeout, within
+# --max-connections. Others are served meanwhile.
+start "$T/s.log" --insecure-no-auth --max-connections 3
+EP=http://127.0.0.1:$PORT
+slow_start=$(now_ms)
+exec 4<>"/dev/tcp/127.0.0.1/$PORT" 5<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST / HTTP/1.1\r\nHost: x\r\nContent-Ty' >&4
+printf 'POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nAction=List' >&5
+run curl -s -o /dev/null -w '%{http_code}' --max-time 5 -d 'Action=ListQueues' "$EP/"
+assert_eq 200 "$OUT" "served beside two stalled clients"
+limit=$((20 * ${Q_TEST_TIME_SCALE:-1}))
+for fd in 4 5; do
+  read -r -t "$limit" status <&$fd
+  assert_contains "$status" "400" "a client stalled in its $([[ $fd == 4 ]] && echo headers || echo body) is answered 400"
+done
+took=$(($(now_ms) - slow_start))
+((took >= 9000)) || fail "answered at the read timeout (10 s), not before: ${took} ms"
+((took < 10000 + 5000 * ${Q_TEST_TIME_SCALE:-1})) || fail "answered at the read timeout (10 s): ${took} ms"
+exec 4>&- 5>&-
+run curl -s -o /dev/null -w '%{http_code}' --max-time 5 -d 'Action=ListQueues' "$EP/"
+assert_eq 200 "$OUT" "served after the stalled clients are gone"
+
+# A flood: 3 connections held idle take the 3 threads; 60 more at once all
+# get 503 from the one refusing thread, and no thread is made for them.
+pid=$SERVE_PID
+for fd in 6 7 8; do
+  eval "exec $fd<>/dev/tcp/127.0.0.1/$PORT"
+  printf 'POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 17\r\n\r\nAction=ListQueues' >&$fd
+  read -r -t 10 status <&$fd
+  assert_contains "$status" "200" "held connection $fd is served"
+done
+threads_before=$(ls "/proc/$pid/task" | wc -l)
+curls=()
+for i in $(seq 60); do
+  curl -s -o /dev/null -w '%{http_code}\n' --max-time 20 -d 'Action=ListQueues' "$EP/" >>"$T/flood" &
+  curls+=($!)
+done
+max_threads=0
+running() { local p; for p in "${curls[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+while running; do
+  n=$(ls "/proc/$pid/task" 2>/dev/null | wc -l)
+  ((n > max_threads)) && max_threads=$n
+  sleep 0.05
+done
+assert_eq 60 "$(grep -c '^503$' "$T/flood")" "60 connections beyond --max-connections: all 503 ($(sort "$T/flood" | uniq -c | tr '\n' ' '))"
+((max_threads <= threads_before)) || fail "no thread per refused connection: $threads_before threads before, $max_threads during the flood"
+echo "flood: $threads_before threads before, at most $max_threads during 60 refused connections"
+exec 6>&- 7>&- 8>&-
+wait_for 15 bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' -d Action=ListQueues $EP/) == 200 ]]" ||
+  fail "served again after the flood"
 
 # HTTPS.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" -days 1 \

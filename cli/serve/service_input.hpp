@@ -1,0 +1,40 @@
+// Reading SQS requests: fields, numbers in range, queue URLs and ARNs, batch
+// ids, bodies SQS accepts; q::Error as SqsError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+#include "sqs_error.hpp"
+#include "broker.hpp"
+
+namespace serve {
+
+// SQS's limits
+// (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
+constexpr std::uint32_t kMaxMessageSize = 256 * 1024;
+constexpr std::size_t kMaxBatch = 10;
+
+std::string str(const nlohmann::json& in, const char* key);
+bool has(const nlohmann::json& in, const char* key);
+std::string required(const nlohmann::json& in, const char* key);
+// A number given as a JSON number or (query protocol, attributes) as text.
+std::int64_t integer(const nlohmann::json& v, const std::string& name, std::int64_t lo,
+                     std::int64_t hi, bool attribute = false);
+std::string queue_from_url(const std::string& url);
+std::string queue_from_arn(const std::string& arn, const char* field);
+bool valid_batch_id(const std::string& id);
+// SQS accepts #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF in UTF-8.
+bool valid_body(const std::string& s);
+// NAME is among the wanted names (All, .*, PREFIX.*).
+bool wanted(const std::vector<std::string>& names, const std::string& name);
+std::vector<std::string> names(const nlohmann::json& in, const char* key);
+std::string seconds(q::Millis ms);
+SqsError from_q(const q::Error& e, const std::string& queue);
+
+}  // namespace serve
