@@ -170,6 +170,7 @@ const char* kind_name(std::optional<ErrorKind> k) {
     case ErrorKind::Busy: return "Busy";
     case ErrorKind::Io: return "Io";
     case ErrorKind::Permission: return "Permission";
+    case ErrorKind::ReadOnly: return "ReadOnly";
   }
   return "?";
 }
