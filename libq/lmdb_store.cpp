@@ -201,8 +201,15 @@ void Env::lock_writer() {
   pthread_sigmask(SIG_BLOCK, &job_control, &t_unlocked_mask);
 }
 
-void Env::lock_snapshot() { lock_bounded(fd_, options_.path, true); }
-void Env::unlock_snapshot() { flock(fd_, LOCK_UN); }
+// Counted: a read transaction begun while another of this process is open
+// (one flock per descriptor) must not end the first one's lock with its own.
+void Env::lock_snapshot() {
+  if (snapshots_ == 0) lock_bounded(fd_, options_.path, true);
+  ++snapshots_;
+}
+void Env::unlock_snapshot() {
+  if (snapshots_ > 0 && --snapshots_ == 0) flock(fd_, LOCK_UN);
+}
 
 void Env::lock_bounded(int fd, const std::string& what, bool shared) {
   const int how = shared ? LOCK_SH : LOCK_EX;

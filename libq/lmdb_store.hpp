@@ -191,6 +191,7 @@ class Env {
   bool reopen_ = false;
   bool damaged_ = false;
   bool no_lock_ = false;
+  int snapshots_ = 0;  // open read transactions holding the shared flock (no_lock_)
   std::chrono::steady_clock::time_point next_reader_check_{};
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
