@@ -97,6 +97,22 @@ exec {held}<&-
 run in_ro "$Q" -f "$RF" --lock-timeout 2s stats mail
 assert_eq 0 "$RC" "once the writer is done the reader reads ($ERR)"
 
+# Every read transaction takes the lock, not only the open: a long-running
+# reader (stats --watch, one read a 100 ms) stops with 69 once a writer has
+# held the file past its --lock-timeout.
+in_ro "$Q" -f "$RF" --lock-timeout 300ms stats jobs --watch --interval 100ms \
+  >"$T/watch" 2>"$T/watch.err" &
+watcher=$!
+wait_for 10 test -s "$T/watch" || fail "stats --watch on the read-only mount printed nothing"
+exec {held}<"$F"
+flock -x "$held" || die "cannot take the writer lock with flock(1)"
+wait_for 5 sh -c '! kill -0 "$1" 2>/dev/null' sh "$watcher" ||
+  fail "a reader's later transaction did not wait for the writer's lock"
+exec {held}<&-
+kill "$watcher" 2>/dev/null
+wait "$watcher"
+assert_eq 69 "$?" "stats --watch: 69 once a writer held the lock past --lock-timeout ($(cat "$T/watch.err"))"
+
 # Writers and readers at once: every read succeeds and sees whole queues.
 (for i in $(seq 1 150); do "$Q" -f "$F" send jobs "bulk-$i-$(head -c 300 /dev/zero | tr '\0' x)" -q || exit 1; done) &
 writer=$!
