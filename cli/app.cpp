@@ -37,6 +37,7 @@ int exit_code(q::ErrorKind kind) {
     case q::ErrorKind::Busy: return kUnavailable;
     case q::ErrorKind::Io: return kIoErr;
     case q::ErrorKind::Permission: return kNoPerm;
+    case q::ErrorKind::ReadOnly: return kReadOnly;
   }
   return kIoErr;
 }
@@ -87,12 +88,15 @@ std::unique_ptr<q::Broker> Context::open(bool create) const {
   report_crashes_as_damage(options.open.path);
   const char* no_sync_env = std::getenv("Q_NO_SYNC");
   options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
-  if (lock_timeout) {
-    options.open.lock_timeout = duration_flag("--lock-timeout", *lock_timeout);
-  } else if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
-    options.open.lock_timeout = duration_flag("Q_LOCK_TIMEOUT", std::string(env));
-  }
+  options.open.lock_timeout = file_lock_timeout(options.open.lock_timeout);
   return q::open_lmdb_broker(options);
+}
+
+q::Millis Context::file_lock_timeout(q::Millis fallback) const {
+  if (lock_timeout) return duration_flag("--lock-timeout", *lock_timeout);
+  if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env)
+    return duration_flag("Q_LOCK_TIMEOUT", std::string(env));
+  return fallback;
 }
 
 std::unique_ptr<q::Broker> Context::open_for_reading() const {
@@ -100,11 +104,15 @@ std::unique_ptr<q::Broker> Context::open_for_reading() const {
     return open();
   } catch (const q::Error& e) {
     // A cluster's refusal (credentials, TLS) is no file to read instead.
-    if (e.kind() != q::ErrorKind::Permission || is_nats_location(queue_file())) throw;
+    const bool readable_anyway =
+        e.kind() == q::ErrorKind::Permission || e.kind() == q::ErrorKind::ReadOnly;
+    if (!readable_anyway || is_nats_location(queue_file())) throw;
   }
   q::LmdbOptions options;
   options.open.path = queue_file();
   options.open.read_only = true;
+  // On a read-only mount, reads wait for q's writers (Env::attach_without_lock_file).
+  options.open.lock_timeout = file_lock_timeout(options.open.lock_timeout);
   report_crashes_as_damage(options.open.path);
   return q::open_lmdb_broker(options);
 }

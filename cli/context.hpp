@@ -22,6 +22,7 @@ enum Exit : int {
   kDataErr = 65,      // EX_DATAERR: too large, malformed receipt or attribute
   kNoInput = 66,      // EX_NOINPUT: no such queue file, queue or message
   kUnavailable = 69,  // EX_UNAVAILABLE: writer lock not granted within --lock-timeout
+  kReadOnly = 73,     // EX_CANTCREAT: the queue file is on a read-only file system
   kIoErr = 74,        // EX_IOERR: I/O error, disk full, corrupt or incompatible file
   kTempFail = 75,     // EX_TEMPFAIL: queue full, nothing written
   kNoPerm = 77,       // EX_NOPERM
@@ -60,10 +61,13 @@ struct Context {
   std::unique_ptr<q::Broker> open(bool create = false) const;
   // For commands that only read (stats, check, peek, show, top, export, dlq
   // list/show, verify, list): a user without write permission on the queue
-  // file gets it read-only (see q::store::OpenOptions::read_only).
+  // file, or a file on a read-only mount, gets it read-only (see
+  // q::store::OpenOptions::read_only).
   std::unique_ptr<q::Broker> open_for_reading() const;
 
  private:
+  // --lock-timeout, else Q_LOCK_TIMEOUT, else `fallback`.
+  q::Millis file_lock_timeout(q::Millis fallback) const;
   q::SystemClock system_clock_;
 };
 

@@ -46,6 +46,7 @@ const std::map<int, std::string>& general_meanings() {
       {69,
        "busy: the writer lock was not granted within --lock-timeout (NATS: no server "
        "answered)"},
+      {73, "the queue file is on a read-only file system: it can be read, not changed"},
       {74, "I/O error, disk full, corrupt or incompatible queue file"},
       {75, "queue full, try later (nothing was written)"},
       {77, "permission denied (NATS: credentials refused, TLS failed, subject not permitted)"},
@@ -54,7 +55,7 @@ const std::map<int, std::string>& general_meanings() {
 }
 
 // What every command that opens the queue file can return.
-const std::vector<int> kBase = {0, 64, 66, 69, 74, 77};
+const std::vector<int> kBase = {0, 64, 66, 69, 73, 74, 77};
 
 std::vector<int> with(std::vector<int> extra) {
   extra.insert(extra.end(), kBase.begin(), kBase.end());
@@ -358,7 +359,7 @@ std::string command_path(const CLI::App* app) {
 
 std::vector<ExitCode> exit_codes(const std::string& path) {
   static const std::map<std::string, std::vector<int>> by_command = {
-      {"q create", {0, 64, 69, 74, 77}},
+      {"q create", {0, 64, 69, 73, 74, 77}},
       {"q send", with({65, 75})},
       {"q receive", with({1})},
       {"q ack", with({3, 65})},

@@ -19,6 +19,7 @@ enum class ErrorKind {
   Busy,         // writer lock not granted within the bounded wait
   Io,           // I/O error, disk full, corrupt or incompatible file
   Permission,   // permission denied
+  ReadOnly,     // the file is on a read-only file system: it can be read, not written
 };
 
 // What the caller can do about an error, for a front end to phrase in its own

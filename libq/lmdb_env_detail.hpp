@@ -32,6 +32,10 @@ inline bool same_file(const struct stat& a, const struct stat& b) {
 }
 
 // Throws the Error for a failed system call on `path` (the kind from `err`).
+// The file system of `path` is mounted read-only (statvfs ST_RDONLY).
+bool on_read_only_mount(const std::string& path);
+// "PATH: the queue file is on a read-only file system ...", ErrorKind::ReadOnly.
+Error read_only_mount(const std::string& path);
 [[noreturn]] void fail_errno(int err, const std::string& path, const std::string& doing);
 
 // EACCES on a queue file: say which of the file, its lock file and its

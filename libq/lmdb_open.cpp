@@ -71,6 +71,19 @@ void refuse_network_filesystem(const std::string& path) {
                             path, name));
 }
 
+// A new file on a read-only mount: said before anything is tried there (an
+// unlink of FILE.creating, a mkdir), whose errors would name something else.
+void refuse_read_only_directory(const std::string& path) {
+  std::string dir = parent_dir(path);
+  struct stat st {};
+  while (stat(dir.c_str(), &st) != 0 && dir != parent_dir(dir)) dir = parent_dir(dir);
+  if (on_read_only_mount(dir))
+    throw Error(ErrorKind::ReadOnly,
+                fmt::format("{}: cannot create queue file: {} is on a read-only file system "
+                            "(mounted read-only)",
+                            path, dir));
+}
+
 void refuse_broken_lmdb() {
   int major = 0, minor = 0, patch = 0;
   mdb_version(&major, &minor, &patch);
@@ -160,6 +173,7 @@ std::unique_ptr<Env> Env::open(const OpenOptions& options) {
     if (!options.create)
       throw Error(ErrorKind::NotFound, fmt::format("{}: no such queue file", path))
           .with_remedy(Remedy::CreateFile);
+    refuse_read_only_directory(path);
     make_dirs(parent_dir(path));
     refuse_network_filesystem(path);
     if (env->stage()) return env;
@@ -168,6 +182,7 @@ std::unique_ptr<Env> Env::open(const OpenOptions& options) {
     throw Error(ErrorKind::Io, fmt::format("{}: is a directory, not a queue file", path));
   } else {
     refuse_network_filesystem(path);
+    if (!options.read_only && on_read_only_mount(path)) throw read_only_mount(path);
   }
   env->attach();
   return env;
@@ -314,6 +329,10 @@ void Env::attach_read_only() {
   if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::Io, fmt::format("{}: not a regular file", path));
   if (!starts_as_lmdb(fd_)) throw Error(ErrorKind::Io, fmt::format("{}: not a q queue file", path));
   lock_fd_ = files::open_companion(lock, true, false);
+  if (lock_fd_ < 0 && (errno == EROFS || (errno == ENOENT && on_read_only_mount(path)))) {
+    attach_without_lock_file();
+    return;
+  }
   if (lock_fd_ < 0) {
     if (errno == ENOENT)
       throw Error(
@@ -331,6 +350,28 @@ void Env::attach_read_only() {
   int dead = 0;
   mdb_reader_check(env_, &dead);
   next_reader_check_ = std::chrono::steady_clock::now() + kReaderCheckEvery;
+  init_databases(false);
+}
+
+// A file on a read-only mount: FILE-lock cannot be written there (nor made),
+// so LMDB runs without it (MDB_NOLOCK), and this reader has no slot in the
+// reader table that writers consult before they reuse a page. A writer may
+// still reach the file through another, writable mount of it (a read-only bind
+// mount into a container); so every read transaction of this process holds a
+// shared flock on the file (Txn), which q's writers' exclusive one excludes:
+// no q writer commits, and so no page of this reader's snapshot is reused,
+// while it reads. Between its transactions writers go on as before.
+void Env::attach_without_lock_file() {
+  no_lock_ = true;
+  open_lmdb(options_.path, -1, MDB_RDONLY | MDB_NOLOCK);
+  lock_snapshot();
+  try {
+    refuse_truncated();
+  } catch (...) {
+    unlock_snapshot();
+    throw;
+  }
+  unlock_snapshot();
   init_databases(false);
 }
 

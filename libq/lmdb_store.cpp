@@ -57,9 +57,22 @@ MDB_val as_val(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(
 
 }  // namespace
 
+bool on_read_only_mount(const std::string& path) {
+  struct statvfs vfs {};
+  return statvfs(path.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0;
+}
+
+Error read_only_mount(const std::string& path) {
+  return Error(ErrorKind::ReadOnly,
+               fmt::format("{}: the queue file is on a read-only file system (mounted read-only): "
+                           "it can be read, not changed",
+                           path));
+}
+
 void fail_errno(int err, const std::string& path, const std::string& doing) {
   ErrorKind kind = ErrorKind::Io;
-  if (err == EACCES || err == EPERM || err == EROFS) kind = ErrorKind::Permission;
+  if (err == EACCES || err == EPERM) kind = ErrorKind::Permission;
+  if (err == EROFS) kind = ErrorKind::ReadOnly;
   if (err == ENOENT) kind = ErrorKind::NotFound;
   throw Error(kind, fmt::format("{}: {}: {}", path, doing, std::strerror(err)));
 }
@@ -188,8 +201,19 @@ void Env::lock_writer() {
   pthread_sigmask(SIG_BLOCK, &job_control, &t_unlocked_mask);
 }
 
-void Env::lock_bounded(int fd, const std::string& what) {
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+// Counted: a read transaction begun while another of this process is open
+// (one flock per descriptor) must not end the first one's lock with its own.
+void Env::lock_snapshot() {
+  if (snapshots_ == 0) lock_bounded(fd_, options_.path, true);
+  ++snapshots_;
+}
+void Env::unlock_snapshot() {
+  if (snapshots_ > 0 && --snapshots_ == 0) flock(fd_, LOCK_UN);
+}
+
+void Env::lock_bounded(int fd, const std::string& what, bool shared) {
+  const int how = shared ? LOCK_SH : LOCK_EX;
+  if (flock(fd, how | LOCK_NB) == 0) return;
   if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, what, "cannot lock");
   // flock cannot time out, so poll with a short, growing pause. Contention ends
   // within a commit or two in normal operation; the bound is for a writer that
@@ -199,7 +223,7 @@ void Env::lock_bounded(int fd, const std::string& what) {
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     std::this_thread::sleep_for(pause);
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+    if (flock(fd, how | LOCK_NB) == 0) return;
     if (errno != EWOULDBLOCK && errno != EINTR) fail_errno(errno, what, "cannot lock");
     if (Steady::now() >= deadline)
       throw Error(ErrorKind::Busy,
@@ -285,8 +309,8 @@ void Env::fail(int rc, const std::string& doing) {
     case EACCES:
     case EPERM: fail_access(path, doing);
     case EROFS:
-      throw Error(ErrorKind::Permission,
-                  fmt::format("{}: {}: the filesystem is read-only", path, doing));
+      throw Error(ErrorKind::ReadOnly,
+                  fmt::format("{}: {}: the file system is mounted read-only", path, doing));
     case ENOSPC:
     case EDQUOT: throw Error(ErrorKind::Io, fmt::format("{}: {}: disk full", path, doing));
     case EFBIG:
@@ -396,6 +420,7 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
                 fmt::format("{}: the file is damaged (LMDB reported it earlier)", env_.path()));
   env_.reopen_if_published();
   env_.refuse_if_replaced();
+  if (mode == Write && env_.no_lock()) throw read_only_mount(env_.path());
   if (mode == Write && env_.read_only())
     throw Error(ErrorKind::Permission,
                 fmt::format("{}: opened read-only (this user may not write it)", env_.path()));
@@ -404,10 +429,16 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
     env_.lock_writer();
     locked_ = true;
   }
+  if (mode == Read && env_.no_lock()) {
+    env_.lock_snapshot();  // see Env::attach_without_lock_file
+    shared_ = true;
+  }
   int rc = mdb_txn_begin(env_.handle(), nullptr, mode == Read ? MDB_RDONLY : 0, &txn_);
   if (rc != 0) {
     txn_ = nullptr;
     if (locked_) env_.unlock_writer();
+    if (shared_) env_.unlock_snapshot();
+    shared_ = false;
     // LMDB marks its reader slot by locking the byte of this process's pid in
     // FILE-lock: a process of another PID namespace with the same pid holds
     // it (issue 25 item 10). LMDB cannot tell the two apart; say so.
@@ -477,6 +508,7 @@ Txn::~Txn() {
   if (txn_ && write_) env_.settle_absent(false);
   if (txn_ && !(write_ && env_.damaged())) mdb_txn_abort(txn_);
   if (locked_) env_.unlock_writer();
+  if (shared_) env_.unlock_snapshot();
 }
 
 void Txn::commit() {
@@ -486,6 +518,8 @@ void Txn::commit() {
     rc = mdb_txn_commit(txn_);
   }
   txn_ = nullptr;
+  if (shared_) env_.unlock_snapshot();
+  shared_ = false;
   if (write_) rc == 0 ? env_.holders_committed() : env_.holders_aborted();
   if (write_) env_.settle_absent(rc == 0);
   if (rc == 0 && upgraded_) env_.note_format(kFormatVersion);

@@ -75,6 +75,11 @@ class Env {
   const std::string& path() const { return options_.path; }
   const Databases& db() const { return db_; }
   bool read_only() const { return options_.read_only; }
+  // Opened read-only without FILE-lock (MDB_NOLOCK), the file being on a
+  // read-only mount: each read transaction holds a shared flock on the file.
+  bool no_lock() const { return no_lock_; }
+  void lock_snapshot();
+  void unlock_snapshot();
   // Unmaps from this process the file's pages it has touched (the page cache
   // keeps them; the next access maps them again). A long stream of bulk
   // commits reads the pages each previous commit wrote, so without this a
@@ -149,6 +154,7 @@ class Env {
   bool stage();
   void attach();
   void attach_read_only();
+  void attach_without_lock_file();
   void open_lmdb(const std::string& file, int lock_fd, unsigned extra_flags);
   void verify_lmdb_files(int lock_fd);
   void remove_stale_staging(const std::string& dir);
@@ -168,7 +174,7 @@ class Env {
   std::vector<NamedDb> named_databases();
   void create_databases(const std::vector<NamedDb>& all);
   Error not_ours() const;
-  void lock_bounded(int fd, const std::string& what);
+  void lock_bounded(int fd, const std::string& what, bool shared = false);
 
   OpenOptions options_;
   std::unique_ptr<Bell> bell_;
@@ -184,6 +190,8 @@ class Env {
   bool publish_on_commit_ = false;
   bool reopen_ = false;
   bool damaged_ = false;
+  bool no_lock_ = false;
+  int snapshots_ = 0;  // open read transactions holding the shared flock (no_lock_)
   std::chrono::steady_clock::time_point next_reader_check_{};
   std::size_t last_pgno_seen_ = 0;
   Databases db_{};
@@ -230,6 +238,7 @@ class Txn {
   MDB_txn* txn_ = nullptr;
   bool write_;
   bool locked_ = false;
+  bool shared_ = false;       // holds the shared flock of a no_lock() Env
   std::uint32_t format_ = 0;  // 0: not read yet
   bool upgraded_ = false;
 };

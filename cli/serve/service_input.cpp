@@ -141,6 +141,7 @@ SqsError from_q(const q::Error& e, const std::string& queue) {
       return SqsError(503, "ServiceUnavailable", "ServiceUnavailable", e.what(), false);
     case q::ErrorKind::Io:
     case q::ErrorKind::Permission:
+    case q::ErrorKind::ReadOnly:
       return SqsError(500, "InternalError", "InternalError", e.what(), false);
     case q::ErrorKind::Stale:
     case q::ErrorKind::Usage:

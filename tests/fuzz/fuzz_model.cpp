@@ -1,5 +1,6 @@
 // Model-based fuzzer: an input is a program of queue operations (send, receive,
-// ack, nack, extend, dead-letter, time passing, redrive, purge) run against libq
+// ack, nack, extend, dead-letter, time passing, redrive, purge, a q work --to
+// stage: stage_model.hpp) run against libq
 // (the LMDB backend, with a fake clock) and against a small in-memory model of
 // the documented semantics of a standard queue. After every step the results
 // (ids, bodies, receive counts, errors, receipt outcomes) and the whole
@@ -24,6 +25,8 @@
 #include "error.hpp"
 #include "lmdb_broker.hpp"
 #include "records.hpp"
+#include "stage_model.hpp"
+#include "worker_policy.hpp"
 
 namespace {
 
@@ -170,6 +173,7 @@ const char* kind_name(std::optional<ErrorKind> k) {
     case ErrorKind::Busy: return "Busy";
     case ErrorKind::Io: return "Io";
     case ErrorKind::Permission: return "Permission";
+    case ErrorKind::ReadOnly: return "ReadOnly";
   }
   return "?";
 }
@@ -196,6 +200,7 @@ class Run {
     static const Millis retentions[] = {4 * kDay, kHour, kDay};
     change.retention = retentions[in_.below(3)];
     broker_->create_queue("m", change);
+    broker_->create_queue("d", {});  // a stage's DST
     m_.config = apply(QueueConfig{}, change);
     trace_.push_back(
         fmt::format("create m vt={} max_receives={} max_depth={} dedup_window={} "
@@ -205,7 +210,7 @@ class Run {
 
     for (int step = 0; step < 400 && !in_.empty(); ++step) {
       m_.now = clock_.now();
-      switch (in_.below(15)) {
+      switch (in_.below(16)) {
         case 0:
         case 1: send(); break;
         case 2:
@@ -226,6 +231,7 @@ class Run {
         case 12: reopen(); break;
         case 13: import(); break;
         case 14: configure_rate(); break;
+        case 15: stage(); break;
       }
       compare_state();
       check_verify();
@@ -546,6 +552,66 @@ class Run {
       return;
     }
     m_.to_dead(*m_.by_receipt(receipt), reason);
+  }
+
+  // One run of `q work m --to d`: the command writes its output through the
+  // descriptor routes of the plan; what q work read must be the model's
+  // output, and the ack of the source with the send of its messages, one
+  // transaction, must leave exactly those on d (emptied after each stage).
+  void stage() {
+    const qfuzz::StagePlan plan = qfuzz::plan_stage(in_);
+    const std::string receipt = pick_receipt();
+    trace_.push_back(fmt::format("t={} stage {} -> d, {}", m_.now, receipt, qfuzz::describe(plan)));
+    const auto ran = qfuzz::run_stage(plan);
+    if (!ran.error.empty()) disagree(trace_, "stage: the command's " + ran.error);
+    const std::string want = qfuzz::expected_output(plan);
+    if (want.size() > plan.limit) {  // the run fails; the source stays in flight
+      if (ran.output)
+        disagree(trace_, fmt::format("stage: {} bytes read past --to-max-bytes {}",
+                                     ran.output->size(), plan.limit));
+      return;
+    }
+    if (ran.output != want)
+      disagree(trace_, fmt::format("stage: q work read '{}' ({} bytes), the command wrote '{}'",
+                                   qfuzz::shown(ran.output.value_or("(refused)")),
+                                   ran.output ? ran.output->size() : 0, qfuzz::shown(want)));
+    cli::work::StageOptions options;
+    options.to = "d";
+    options.lines = plan.lines;
+    options.max_bytes = plan.limit;
+    // A lost lease writes nothing, not even the maintenance (q-work(1): the
+    // output of a run whose lease was lost is not sent).
+    const Model saved = m_;
+    m_.maintain();
+    const auto err = m_.receipt_error(receipt);
+    if (err) m_ = saved;
+    AckSendResult got;
+    auto kind = attempt([&] {
+      got = broker_->ack_and_send("m", receipt, "d",
+                                  cli::work::stage_messages(Message{}, *ran.output, options), {});
+    });
+    expect_kind("ack_and_send", kind, std::nullopt);
+    const ReceiptOutcome outcome = !err                            ? ReceiptOutcome::Done
+                                   : err == ErrorKind::InvalidData ? ReceiptOutcome::Malformed
+                                                                   : ReceiptOutcome::Stale;
+    if (got.outcome != outcome)
+      disagree(trace_, fmt::format("stage: ack outcome {}, the model {}",
+                                   static_cast<int>(got.outcome), static_cast<int>(outcome)));
+    std::vector<std::string> bodies;
+    if (outcome == ReceiptOutcome::Done) {
+      m_.live.erase(m_.by_receipt(receipt)->seq);
+      ++m_.counters.acked;
+      bodies = qfuzz::expected_bodies(plan);
+      m_.next_seq += bodies.size();  // one sequence for every queue of the file
+    }
+    std::vector<std::string> on_dst;
+    for (const auto& g : broker_->peek("d", 100000)) on_dst.push_back(g.body);
+    if (on_dst != bodies || got.sent.size() != bodies.size())
+      disagree(trace_,
+               fmt::format("stage: d holds [{}] ({} sent), the model [{}]",
+                           qfuzz::shown(fmt::format("{}", fmt::join(on_dst, "|"))), got.sent.size(),
+                           qfuzz::shown(fmt::format("{}", fmt::join(bodies, "|")))));
+    if (!on_dst.empty()) broker_->purge("d");
   }
 
   void advance() {
