@@ -140,8 +140,12 @@ std::string HolderBook::announce(const Holder& holder, bool descendants,
   if (auto nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
   if (line != "ok") {
     if (descendants) ::close(watch[1]);
-    throw Error(ErrorKind::Busy, "starting the holder of this process's leases on the cluster: " +
-                                     (line.empty() ? std::string("it did not start") : line));
+    bool refused = line.rfind("refused: ", 0) == 0;
+    throw Error(refused ? ErrorKind::Permission : ErrorKind::Busy,
+                "starting the holder of this process's leases on the cluster: " +
+                    (line.empty() ? std::string("it did not start")
+                     : refused    ? line.substr(9)
+                                  : line));
   }
   // Inherited by every command q work starts, and what they start.
   if (descendants) ::fcntl(watch[1], F_SETFD, 0);
@@ -307,6 +311,18 @@ int run_nats_holder(const NatsOpenOptions& options, const std::string& token, co
     if (s != NATS_OK) {
       say(ready_fd, fmt::format("subscribing to {}: {}", subject, natsStatus_GetText(s)));
       return 69;
+    }
+    // A subscription the user's permissions refuse is refused quietly, and
+    // every ping would then say "dead": ask itself first.
+    natsMsg* echo = nullptr;
+    s = natsConnection_Request(&echo, client.nc(), subject.c_str(), "", 0, 5000);
+    natsMsg_Destroy(echo);
+    if (s != NATS_OK) {
+      say(ready_fd,
+          fmt::format("refused: {} does not answer its own ping ({}): may the user subscribe "
+                      "and publish to qh.{}.> (README, permissions)?",
+                      subject, natsStatus_GetText(s), client.location().ns));
+      return 77;
     }
     // Ready to release what the holder holds the moment it ends (below).
     const std::string& ns = client.location().ns;
