@@ -35,6 +35,8 @@ void run_receive(const ReceiveFlags& f, Context& ctx) {
   }
 
   auto broker = ctx.open();
+  // On a cluster a helper answers for the pid while it lives (q(1), HOLDERS).
+  if (options.holder) broker->announce_holder(*options.holder, false);
   auto messages = broker->receive(f.queue, options);
   if (messages.empty()) {
     ctx.exit = kEmpty;

@@ -131,8 +131,10 @@ class Worker {
     // any of them runs, this runner's leases are not released as "holder
     // died", also after a kill -9 of q work (issue 25 item 9).
     self_ = q::find_holder(static_cast<std::uint32_t>(::getpid()));
-    // (A queue on a cluster has no FILE-wake: its leases run out instead.)
+    // On a cluster a helper process answers for this runner while it or any
+    // of its commands runs (the same rule; libq/nats/nats_holders.hpp).
     if (self_) q::hold_descendants(o_.queue_file, *self_);
+    if (self_) broker_.announce_holder(*self_, true);
     watch_ = broker_.watch();
     started_at_ = work::steady_now();
     register_command();

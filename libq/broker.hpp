@@ -380,6 +380,14 @@ class Broker {
   // drops entries of processes that no longer run.
   void register_worker(std::uint32_t pid, Millis since, const std::string& command);
   void unregister_worker(std::uint32_t pid, Millis since);
+  // Makes `holder` (this process, or the pid of receive --holder) known as a
+  // holder where the backend needs it: on a file nothing (any q process sees
+  // the pid); on NATS a helper process answers for it on the cluster while
+  // it lives, and with `descendants` (q work) while any process it starts
+  // lives (nats_holders.hpp). Receives with ReceiveOptions::holder follow.
+  void announce_holder(const Holder& holder, bool descendants) {
+    do_announce_holder(holder, descendants);
+  }
   // Every message of the queue, live then dead, with its state, oldest first.
   void export_messages(const std::string& queue, const std::function<void(const Message&)>& each);
   // Stores exported messages (their id when it is free in this file, else a
@@ -454,6 +462,7 @@ class Broker {
   virtual std::optional<Message> do_show(const std::string& queue, const std::string& id) = 0;
   virtual void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
   virtual void do_unregister_worker(std::uint32_t pid, Millis since) = 0;
+  virtual void do_announce_holder(const Holder&, bool) {}
   virtual void do_backup(const std::string& path) = 0;
   virtual std::vector<std::string> do_verify() = 0;
 };

@@ -21,6 +21,7 @@
 #include "nats_client.hpp"
 #include "nats_counters.hpp"
 #include "nats_history.hpp"
+#include "nats_holders.hpp"
 #include "nats_dead.hpp"
 #include "nats_delay.hpp"
 #include "nats_groups.hpp"
@@ -64,8 +65,9 @@ constexpr jsErrCode kStreamNotFound = static_cast<jsErrCode>(10059);
 class NatsBroker final : public Broker {
  public:
   NatsBroker(const nats::Location& location, const NatsCredentials& credentials, Millis timeout,
-             const Clock* clock)
-      : client_(location, credentials, timeout),
+             const Clock* clock, std::string location_text)
+      : location_text_(std::move(location_text)),
+        client_(location, credentials, timeout),
         names_{location.ns},
         clock_(clock ? clock : &system_clock_) {
     replicas_ = std::min(3, client_.cluster_size());
@@ -134,6 +136,7 @@ class NatsBroker final : public Broker {
         &code);
     if (s != NATS_OK && code != kStreamNotFound) client_.fail("deleting queue " + queue, s, code);
     client_.purge(Names::lease_prefix(queue) + "*");
+    holders_.forget(queue);
     client_.purge("done." + nats::encode_name(queue) + ".*");
     counts.dead_letters = dead_.delete_stream(queue);
     client_.purge(nats::Groups::wait_prefix(queue) + "*");
@@ -224,6 +227,11 @@ class NatsBroker final : public Broker {
     leases_.receiver(
         options.holder_pid != 0 ? options.holder_pid : static_cast<std::uint32_t>(::getpid()),
         options.worker_since);
+    // Held (nats_holders.hpp): the holder's record first, so no lease names
+    // a holder nobody will ping.
+    std::string token = options.holder ? nats::holder_token(*options.holder) : std::string();
+    if (!token.empty()) holders_.record(queue, token);
+    leases_.holding(token);
     Millis vt = options.visibility_timeout.value_or(have.config.visibility_timeout);
     Millis ack_wait = consumer_ack_wait(have.config);
     std::vector<Message> got;
@@ -258,7 +266,12 @@ class NatsBroker final : public Broker {
       }
     }
     for (;;) {
+      // Dead holders' messages are released before the pull finds them;
+      // while live ones hold messages, a long poll looks again every
+      // kCheckEvery (one of them may die meanwhile).
+      bool holders = holders_.check(queue, own_holder_).others;
       Millis wait = left();
+      if (holders) wait = std::min<Millis>(wait, nats::HolderBook::kCheckEvery);
       bool held = false;
       auto batch =
           pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0), &held);
@@ -599,6 +612,9 @@ class NatsBroker final : public Broker {
     StoredQueue have = must_load(queue);
     jsStreamState state = stream_state(queue);
     if (state.Msgs == 0) return INT64_MAX;
+    // A dead holder's messages are ready now; while others hold some, look
+    // again within kCheckEvery (nats_holders.hpp).
+    auto holders = holders_.check(queue, own_holder_);
     Millis paused_until = 0;
     if (auto pause = active_pause(have)) {
       if (pause->until == 0) return INT64_MAX;
@@ -606,6 +622,12 @@ class NatsBroker final : public Broker {
     }
     Millis now = clock_->now();
     Millis next = INT64_MIN;
+    if (holders.died) {
+      // Released by this check or by the holder's helper: looked for as a
+      // message this process released now (JetStream's -NAK may trail).
+      auto [r, fresh] = released_at_.try_emplace(queue, now);
+      if (!fresh) r->second = std::min(r->second, now);
+    }
     if (have.config.fifo || consumer_num_pending(queue) == 0) {
       // FIFO: the heads of free groups; a receive finds them (and passes
       // over the rest), looked for on the same beat.
@@ -639,6 +661,8 @@ class NatsBroker final : public Broker {
         next = at;
       }
     }
+    if (holders.others && next > now + nats::HolderBook::kCheckEvery)
+      next = now + nats::HolderBook::kCheckEvery;
     if (rate_limited && have.config.rate > 0 && next != INT64_MAX)
       next = std::max(next, rate_.ready_at(queue, have.config.rate));
     if (next != INT64_MAX) next = std::max(next, paused_until);
@@ -716,6 +740,12 @@ class NatsBroker final : public Broker {
     workers_.add(pid, since, command);
   }
   void do_unregister_worker(std::uint32_t pid, Millis since) override { workers_.drop(pid, since); }
+
+  // A helper process answers for the holder on the cluster (nats_holders.hpp).
+  void do_announce_holder(const Holder& holder, bool descendants) override {
+    std::string token = holders_.announce(holder, descendants, location_text_);
+    if (descendants) own_holder_ = token;
+  }
 
   // q work --to: the outputs first, with ids named after the source delivery,
   // then the ack (nats_stage.hpp says why this is exact without a
@@ -882,6 +912,7 @@ class NatsBroker final : public Broker {
   }
 
  private:
+  std::string location_text_;  // as opened (a holder's helper opens it again)
   Client client_;
   Names names_;
   SystemClock system_clock_;
@@ -889,6 +920,8 @@ class NatsBroker final : public Broker {
   int replicas_ = 1;
   nats::DeadLetters dead_{client_, names_, *clock_, replicas_};
   nats::LeaseBook leases_{client_, *clock_, dead_};
+  nats::HolderBook holders_{client_, *clock_, leases_};
+  std::string own_holder_;  // this process's token, once announced (q work)
   nats::Groups groups_{client_, names_};
   nats::RateBudget rate_{client_, *clock_};
   // Set only inside do_ack_and_send: the Nats-Msg-Id prefix of a stage's
@@ -1161,7 +1194,7 @@ void NatsBroker::do_backup(const std::string& path) {
 
 std::unique_ptr<Broker> open_nats_broker(const NatsOpenOptions& options) {
   return std::make_unique<NatsBroker>(nats::parse_location(options.location), options.credentials,
-                                      options.timeout, options.clock);
+                                      options.timeout, options.clock, options.location);
 }
 
 }  // namespace q

@@ -111,6 +111,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (fifo) l.group = Groups::group_of(subject);
     l.pid = pid_;
     l.worker_since = worker_since_;
+    l.holder = holder_;
     l.history = std::move(history);
     // A claim on the lease (an ack, nack or extend under way) is passed
     // over, not waited for: the receive has other messages to take.
@@ -256,6 +257,7 @@ void LeaseBook::recount(const std::string& queue, const std::string& stream, std
     counters_->count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
   if (prev.state == Lease::Released && !prev.history.empty() &&
       prev.history.back().end == AttemptEnd::Released &&
+      prev.history.back().reason != kHolderDied &&  // not a nack (nats_holders.hpp)
       prev.history.back().receive == prev.receives &&
       now - prev.history.back().ended_at < kRecountWithin)
     counters_->count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));

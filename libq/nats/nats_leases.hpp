@@ -61,6 +61,8 @@ class LeaseBook {
     worker_since_ = worker_since;
   }
   void use_workers(Workers* workers) { workers_ = workers; }
+  // The holder token the next takes carry (nats_holders.hpp); empty: none.
+  void holding(std::string token) { holder_ = std::move(token); }
   // The attempt the delivery `lease` holds, ended now as `end`.
   Attempt ended(const Lease& lease, AttemptEnd end, const std::string& reason = {},
                 const RunReport& run = {});
@@ -88,6 +90,7 @@ class LeaseBook {
   Workers* workers_ = nullptr;
   std::uint32_t pid_ = 0;
   Millis worker_since_ = 0;
+  std::string holder_;
 };
 
 }  // namespace q::nats

@@ -59,20 +59,21 @@ StoredQueue parse_config(const std::string& queue, const Record& r) {
 }
 
 std::string Lease::encode() const {
-  return json{{"s", std::string(1, static_cast<char>(state))},
-              {"k", nonce},
-              {"u", until},
-              {"r", received_at},
-              {"f", first_received_at},
-              {"n", receives},
-              {"a", reply},
-              {"why", reason},
-              {"g", group},
-              {"p", pid},
-              {"ws", worker_since},
-              {"h", attempts_json(history)},
-              {"w", random_token()}}
-      .dump();
+  json j{{"s", std::string(1, static_cast<char>(state))},
+         {"k", nonce},
+         {"u", until},
+         {"r", received_at},
+         {"f", first_received_at},
+         {"n", receives},
+         {"a", reply},
+         {"why", reason},
+         {"g", group},
+         {"p", pid},
+         {"ws", worker_since},
+         {"h", attempts_json(history)},
+         {"w", random_token()}};
+  if (!holder.empty()) j["hd"] = holder;
+  return j.dump();
 }
 
 Lease Lease::decode(const std::string& text) {
@@ -91,6 +92,7 @@ Lease Lease::decode(const std::string& text) {
     l.pid = j.value("p", 0u);
     l.worker_since = j.value("ws", Millis{0});
     if (auto h = j.find("h"); h != j.end()) l.history = attempts_from(*h);
+    l.holder = j.value("hd", "");
   } catch (const std::exception& e) {
     throw Error(ErrorKind::Io, fmt::format("a lease record is damaged ({})", e.what()));
   }

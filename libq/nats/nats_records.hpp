@@ -79,6 +79,8 @@ struct Lease {
   std::uint32_t pid = 0;
   Millis worker_since = 0;
   std::vector<Attempt> history;
+  // The holder of the open delivery (nats_holders.hpp), empty: none.
+  std::string holder;
 
   // JSON with a fresh write token, so every encoding is unique (put_if).
   std::string encode() const;
