@@ -31,7 +31,7 @@ _q_spec() {
     'dlq purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'redrive') _q_subs='' _q_flags='-h --help --dry-run --json' _q_vals='--id --reason --since -n --max --rate --to' _q_pos='queue' ;;
     'top') _q_subs='' _q_flags='-h --help' _q_vals='--interval' _q_pos='queue' ;;
-    'check') _q_subs='' _q_flags='-h --help -V --version' _q_vals='--max-dead --max-age --max-depth --min-rate --sample -t --timeout' _q_pos='queue' ;;
+    'check') _q_subs='' _q_flags='-h --help -V --version' _q_vals='--max-dead --max-age --max-depth --min-rate -w --warning -c --critical --metric --sample -t --timeout' _q_pos='queue' ;;
     'purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'export') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;

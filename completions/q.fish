@@ -47,7 +47,7 @@ function __q_vals
         case 'q top'
             printf "%s\n" --interval
         case 'q check'
-            printf "%s\n" --max-dead --max-age --max-depth --min-rate --sample -t --timeout
+            printf "%s\n" --max-dead --max-age --max-depth --min-rate -w --warning -c --critical --metric --sample -t --timeout
         case 'q serve'
             printf "%s\n" --listen --credentials --tls-cert --tls-key --max-connections --max-request-size
     end
@@ -417,6 +417,9 @@ complete -c q -n '__q_at "q check"' -l max-dead -x -d 'Dead letters above this a
 complete -c q -n '__q_at "q check"' -l max-age -x -d 'Oldest message older than this is bad, like 5m or 1m,5m'
 complete -c q -n '__q_at "q check"' -l max-depth -x -d 'More waiting messages than this is bad'
 complete -c q -n '__q_at "q check"' -l min-rate -x -d 'Draining slower than this while messages wait is bad, like 10/s (measured over --sample)'
+complete -c q -n '__q_at "q check"' -s w -l warning -x -d 'WARNING when --metric is outside RANGE (inside with @): 10 (0..10), 10: (at least 10), ~:10 (at most 10), 10:20, @10:20'
+complete -c q -n '__q_at "q check"' -s c -l critical -x -d 'CRITICAL when --metric is outside RANGE (inside with @)'
+complete -c q -n '__q_at "q check"' -l metric -x -d 'What -w/-c judge, per queue: depth (default; visible, in flight and delayed), dead, oldest_age (seconds), out_rate (per second over --sample)'
 complete -c q -n '__q_at "q check"' -l sample -x -d 'How long --min-rate measures (default 2s)'
 complete -c q -n '__q_at "q check"' -s t -l timeout -x -d 'Give up with UNKNOWN after this long (default 10s; 1s to 11m)'
 complete -c q -n '__q_at "q check"' -s V -l version -d 'Print the version and exit'

@@ -1,0 +1,53 @@
+# Issue 27 item 6, monitoring: q check -w/-c in the monitoring-plugins range
+# syntax, the file label on every Prometheus series, q --version's backends
+# and libraries, and one counting rule for import on both backends.
+source "$(dirname "$0")/lib.sh" "$@"
+
+# ---- q check -w/-c RANGE --------------------------------------------------------------
+"$Q" create c >/dev/null || die "create c"
+for i in 1 2 3 4 5; do "$Q" send c "$i" -q || die "send"; done
+check() { # WANT_EXIT ARGS...: q check c ARGS, its state
+  local want=$1
+  shift
+  assert_exit "$want" "$Q" check c "$@"
+  assert_eq 1 "$(grep -c . <<<"$OUT")" "check $*: one status line"
+}
+check 1 -w 3 -c 10
+assert_contains "$OUT" "Q WARNING - c: depth 5 (outside -w 3) |" "5 is outside 0..3: WARNING"
+assert_contains "$OUT" "'c_depth'=5;3;10;0" "the ranges in the perfdata, as given"
+check 2 -w 3 -c 4
+assert_contains "$OUT" "Q CRITICAL - c: depth 5 (outside -c 4)" "critical wins over warning"
+check 1 -w 10:
+assert_contains "$OUT" "c: depth 5 (outside -w 10:)" "10: alerts below 10"
+check 0 -w '~:10' -c '~:20'
+assert_contains "$OUT" "Q OK - c: depth 5" "~:10: 5 is fine"
+check 0 -c 5:5
+check 2 -c 6:8
+check 2 -c @3:7
+assert_contains "$OUT" "c: depth 5 (in -c @3:7)" "@3:7 alerts inside"
+check 0 -c @6:7
+check 0 --metric dead -c 0
+assert_contains "$OUT" "'c_dead'=0;;0;0" "--metric dead: its perfdata carries the range"
+check 2 --metric dead -c 1:
+assert_contains "$OUT" "c: dead letters 0 (outside -c 1:)" "--metric dead judged"
+check 0 --metric oldest_age -w '~:3600' -c '~:7200'
+check 2 --metric oldest_age -c '@0:3600'
+assert_contains "$OUT" "c: oldest message" "--metric oldest_age judged"
+# A drain rate needs a sample; nothing is drained here, so below 1/s is critical.
+check 2 --metric out_rate -c 1: --sample 50ms
+assert_contains "$OUT" "c: drain rate 0.00/s (outside -c 1:)" "--metric out_rate judged"
+assert_contains "$OUT" "'c_out_rate'=0.000;;1:;0" "out_rate perfdata"
+# Today's flags still work beside them.
+check 2 --max-depth 3
+check 2 --max-dead 10 -c 4
+# Mistakes are UNKNOWN (3), named, on stdout.
+check 3 -w 20:10
+assert_contains "$OUT" "Q UNKNOWN - -w '20:10': the start is above the end" "start above end"
+check 3 -c ten
+assert_contains "$OUT" "-c 'ten': not a number (ranges are N, N:, ~:N, N:M or @N:M)" "not a range"
+check 3 --metric size -c 1
+assert_contains "$OUT" "--metric 'size': not one of depth, dead, oldest_age, out_rate" "unknown metric"
+check 3 --metric dead
+assert_contains "$OUT" "--metric dead: give -w or -c RANGE" "--metric alone"
+check 3 --max-depth 3 -c 10
+assert_contains "$OUT" "-w/-c and --max-depth both judge depth" "two thresholds for one value"
