@@ -51,3 +51,22 @@ check 3 --metric dead
 assert_contains "$OUT" "--metric dead: give -w or -c RANGE" "--metric alone"
 check 3 --max-depth 3 -c 10
 assert_contains "$OUT" "-w/-c and --max-depth both judge depth" "two thresholds for one value"
+
+# ---- every Prometheus series names its file --------------------------------------------
+other=$T/other.q
+for loc in "$Q_FILE" "$other"; do
+  "$Q" -f "$loc" create same >/dev/null || die "create same in $loc"
+  "$Q" -f "$loc" create fifo --fifo >/dev/null || die "create fifo in $loc"
+  "$Q" -f "$loc" pause same --for 1h --reason 'maintenance' >/dev/null || die "pause"
+done
+assert_exit 0 "$Q" stats --prometheus
+one=$OUT
+assert_exit 0 "$Q" -f "$other" stats --prometheus
+both=$(printf '%s\n%s\n' "$one" "$OUT" | grep -v '^#')
+for series in q_messages:same q_paused:same q_paused_until_seconds:same q_pause_info:same \
+  q_sent_total:same q_groups:fifo; do
+  grep -qF "${series%:*}{file=\"$other\",queue=\"${series#*:}\"" <<<"$both" ||
+    fail "${series%:*} of the other file has no series with its file label"
+done
+assert_eq "" "$(grep -v '{file="' <<<"$both")" "every series has the file label, first"
+assert_eq "" "$(sed 's/ [^ ]*$//' <<<"$both" | sort | uniq -d)" "two files, one queue name: no series twice"
