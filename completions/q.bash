@@ -70,7 +70,8 @@ _q_has() {
   return 1
 }
 
-# Queue names of the file named on the line (else $Q_FILE, else the default).
+# Queue names of the file named on the line (else $Q_FILE, else the default),
+# within 1 s (timeout(1)): TAB must not hang on an unreachable cluster.
 _q_queues() {
   local q=$1 file=$2
   [[ $q == '~/'* ]] && q=$HOME/${q#'~/'}
@@ -78,9 +79,9 @@ _q_queues() {
   file=${file%[\"\']}
   [[ $file == '~/'* ]] && file=$HOME/${file#'~/'}
   if [[ -n $file ]]; then
-    "$q" --file "$file" list 2>/dev/null </dev/null
+    timeout 1 "$q" --file "$file" list 2>/dev/null </dev/null
   else
-    "$q" list 2>/dev/null </dev/null
+    timeout 1 "$q" list 2>/dev/null </dev/null
   fi
 }
 

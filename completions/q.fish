@@ -195,15 +195,16 @@ function __q_pos_is
     test "$kind" = "$argv[1]"
 end
 
+# Queue names within 1 s (timeout(1)): TAB must not hang on an unreachable cluster.
 function __q_queues
     set -l s (__q_state)
     set -l q (commandline -opc)[1]
     set q (string replace -r -- '^~/' "$HOME/" $q)
     set -l file (string replace -r -- '^~/' "$HOME/" $s[4])
     if test -n "$file"
-        command $q --file $file list 2>/dev/null </dev/null
+        command timeout 1 $q --file $file list 2>/dev/null </dev/null
     else
-        command $q list 2>/dev/null </dev/null
+        command timeout 1 $q list 2>/dev/null </dev/null
     end
 end
 
@@ -240,7 +241,7 @@ complete -c q -n '__q_need_sub "q"' -a backup -d 'Write a consistent, compacted 
 complete -c q -n '__q_need_sub "q"' -a verify -d 'Check the whole queue file, read-only and safe while it is in use: every record\'s checksum, every index entry, the counters'
 complete -c q -n '__q_need_sub "q"' -a serve -d 'Serve the queues of the file (or cluster) over Amazon SQS\'s HTTP API, so AWS SDKs and the aws CLI use them unmodified'
 complete -c q -n '__q_at "q"' -s h -l help -d 'Print this help message and exit'
-complete -c q -n '__q_at "q"' -l version -d 'Display program version information and exit'
+complete -c q -n '__q_at "q"' -l version -d 'Print the version, the backends (file; nats with q-nats) and the libraries, and exit'
 complete -c q -n '__q_at "q"' -s f -l file -r -F -a 'nats:// tls://' -d 'Queue file (default: $Q_FILE, else the XDG data path)'
 complete -c q -n '__q_at "q"' -l no-sync -d 'Do not sync commits to disk: faster, but an OS crash or power loss may lose the last commits (also Q_NO_SYNC=1)'
 complete -c q -n '__q_at "q"' -l lock-timeout -x -d 'Longest wait for the writer lock before exit 69 (default 10s; also Q_LOCK_TIMEOUT)'

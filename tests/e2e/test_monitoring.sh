@@ -70,3 +70,25 @@ for series in q_messages:same q_paused:same q_paused_until_seconds:same q_pause_
 done
 assert_eq "" "$(grep -v '{file="' <<<"$both")" "every series has the file label, first"
 assert_eq "" "$(sed 's/ [^ ]*$//' <<<"$both" | sort | uniq -d)" "two files, one queue name: no series twice"
+
+# ---- q --version: backends and libraries ------------------------------------------------
+# (Without Q_FILE: a nats:// one hands the whole command to q-nats.)
+dir=$(dirname "$Q")
+assert_exit 0 env -u Q_FILE "$Q" --version
+assert_match '^q [0-9][^ ]* \(queue file format [0-9]+\)' "$OUT" "the first line, as before"
+assert_match $'\nlibraries: LMDB [0-9]+\\.[0-9]+\\.[0-9]+, fmt [0-9]+\\.[0-9]+\\.[0-9]+, CLI11 [0-9.]+' \
+  "$OUT" "the libraries"
+if [[ -x $dir/q-nats ]]; then
+  assert_contains "$OUT" $'\nbackends: file, nats (q-nats: '"$dir/q-nats)" "q-nats beside q"
+  assert_exit 0 env -u Q_FILE "$dir/q-nats" --version
+  assert_contains "$OUT" $'\nbackends: file, nats (built in)' "q-nats: built in"
+  assert_match 'nats\.c [0-9]+\.[0-9]+' "$OUT" "q-nats names nats.c"
+else
+  missing_part "q --version beside q-nats: no q-nats built"
+fi
+# A q alone (no q-nats beside it, none on PATH) says it has no nats backend.
+mkdir -p "$T/alone"
+ln "$Q" "$T/alone/q" 2>/dev/null || cp "$Q" "$T/alone/q"
+assert_exit 0 env -u Q_FILE PATH=/usr/bin:/bin "$T/alone/q" --version
+assert_contains "$OUT" $'\nbackends: file, no nats (q-nats is not beside q nor on PATH)' "a q alone"
+assert_not_contains "$OUT" "nats.c" "no nats.c in the static q"
