@@ -92,3 +92,21 @@ ln "$Q" "$T/alone/q" 2>/dev/null || cp "$Q" "$T/alone/q"
 assert_exit 0 env -u Q_FILE PATH=/usr/bin:/bin "$T/alone/q" --version
 assert_contains "$OUT" $'\nbackends: file, no nats (q-nats is not beside q nor on PATH)' "a q alone"
 assert_not_contains "$OUT" "nats.c" "no nats.c in the static q"
+
+# ---- import counts as on NATS: sent, and dead-lettered for a dead letter ---------------
+"$Q" create src --max-receives 1 >/dev/null || die "create src"
+"$Q" send src a -q || die "send"
+r=$("$Q" receive src --json | jq -r .receipt)
+"$Q" nack src "$r" --reason broken || die "nack"
+"$Q" receive src >/dev/null 2>&1 # the receive that dead-letters it
+assert_eq 1 "$(stat_field src dead)" "src: one dead letter"
+for b in b c; do "$Q" send src "$b" -q || die "send"; done
+"$Q" export src >"$T/src.jsonl" || die "export"
+assert_eq 3 "$(grep -c . "$T/src.jsonl")" "three exported"
+"$Q" create dst >/dev/null
+assert_exit 0 "$Q" import dst -q <"$T/src.jsonl"
+s=$(stats_json dst)
+assert_eq "3 1 1" "$(jq -r '"\(.sent) \(.dead_lettered) \(.dead)"' <<<"$s")" \
+  "import: every message sent, the dead letter dead-lettered"
+assert_eq "$(jq -r '.sent - .dead_lettered' <<<"$s")" "$(jq -r '.visible + .in_flight + .delayed' <<<"$s")" \
+  "the counters add up to what the queue holds"
