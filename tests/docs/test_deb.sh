@@ -95,6 +95,7 @@ dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }'
   echo usr/lib/tmpfiles.d/q.conf
   echo "usr/share/doc/$pkg/copyright"
   echo "usr/share/doc/$pkg/changelog.Debian.gz"
+  echo usr/lib/tmpfiles.d/q-prometheus.conf
   echo "usr/share/lintian/overrides/$pkg"
 } | sort >"$T/want"
 same_set "files of $(basename "$deb")" "$(cat "$T/want")" "$(cat "$T/files")" >/dev/null
