@@ -21,6 +21,8 @@
 #include "input.hpp"
 #include "location.hpp"
 #include "lmdb_broker.hpp"
+#include "lmdb_store.hpp"
+#include "nats_handoff.hpp"
 #include "output.hpp"
 #include "records.hpp"
 #include "suggest.hpp"
@@ -64,6 +66,26 @@ std::string Context::queue_file() const {
 }
 
 NatsOpener nats_opener = nullptr;
+const char* (*nats_library_version)() = nullptr;
+
+// q --version: the version and file format (the first line, as before), the
+// backends this q has, and the libraries it runs with.
+std::string version_text() {
+  std::string nats;
+  if (nats_opener) {
+    nats = "nats (built in)";
+  } else if (auto q_nats = find_q_nats()) {
+    nats = "nats (q-nats: " + *q_nats + ")";
+  } else {
+    nats = "no nats (q-nats is not beside q nor on PATH)";
+  }
+  std::string libraries =
+      fmt::format("LMDB {}, fmt {}.{}.{}, CLI11 {}", q::store::lmdb_library_version(),
+                  FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100, CLI11_VERSION);
+  if (nats_library_version) libraries += fmt::format(", nats.c {}", nats_library_version());
+  return fmt::format("q {} (queue file format {})\nbackends: file, {}\nlibraries: {}", Q_VERSION,
+                     q::store::kFormatVersion, nats, libraries);
+}
 
 bool is_nats_location(const std::string& location) { return q::is_nats_location(location); }
 
@@ -325,8 +347,9 @@ int run(int argc, char** argv) {
   app.formatter(help_formatter());
   app.require_subcommand(1);
   app.fallthrough();
-  app.set_version_flag(
-      "--version", fmt::format("q {} (queue file format {})", Q_VERSION, q::store::kFormatVersion));
+  app.set_version_flag("--version", version_text,
+                       "Print the version, the backends (file; nats with q-nats) and the "
+                       "libraries, and exit");
   app.add_option("-f,--file", ctx.file, "Queue file (default: $Q_FILE, else the XDG data path)")
       ->type_name("PATH");
   app.add_flag("--no-sync", ctx.no_sync,

@@ -1,10 +1,12 @@
-// q check [QUEUE] --max-dead --max-age --max-depth --min-rate: a monitoring
-// plugin (Nagios, Icinga, a cron job or systemd timer): one status line with
-// perfdata, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+// q check [QUEUE] --max-dead --max-age --max-depth --min-rate, or -w/-c RANGE
+// on one --metric: a monitoring plugin (Nagios, Icinga, a cron job or systemd
+// timer): one status line with perfdata, exit 0 OK, 1 WARNING, 2 CRITICAL,
+// 3 UNKNOWN.
 #include <signal.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include "error.hpp"
 #include "input.hpp"
 #include "output.hpp"
+#include "plugin_range.hpp"
 #include "rates.hpp"
 #include "timefmt.hpp"
 
@@ -30,6 +33,19 @@ const char* kStatusName[] = {"OK", "WARNING", "CRITICAL", "UNKNOWN"};
 struct CheckFlags {
   std::string queue;
   std::optional<std::string> max_dead, max_age, max_depth, min_rate, sample, timeout;
+  std::optional<std::string> warn_range, crit_range;  // -w, -c
+  std::string metric = "depth";                       // what -w/-c judge
+};
+
+// The values -w/-c can judge: the perfdata labels, in their units.
+const char* const kMetrics[] = {"depth", "dead", "oldest_age", "out_rate"};
+
+// -w/-c RANGE on --metric: the plugin range syntax (plugin_range.hpp).
+struct RangeCheck {
+  std::string metric;
+  std::optional<PluginRange> warn, crit;
+
+  std::string perf() const { return (warn ? warn->text : "") + ";" + (crit ? crit->text : ""); }
 };
 
 // -t/--timeout: a plugin that hangs (a lock held, a slow disk) must still
@@ -162,7 +178,56 @@ struct Verdict {
         .push_back(
             fmt::format("{} {} ({} {:g}{})", what, shown, below ? "min" : "max", limit, unit));
   }
+
+  // -c first: a value in both alerts is critical.
+  void judge_range(const std::string& what, double value, const RangeCheck& r,
+                   const std::string& shown) {
+    const char* flag = nullptr;
+    const PluginRange* range = nullptr;
+    if (r.crit && r.crit->alerts(value)) {
+      flag = "-c";
+      range = &*r.crit;
+    } else if (r.warn && r.warn->alerts(value)) {
+      flag = "-w";
+      range = &*r.warn;
+    }
+    if (!range) return;
+    Status s = flag[1] == 'c' ? kCritical : kWarning;
+    status = std::max(status, s);
+    (s == kCritical ? criticals : warnings)
+        .push_back(fmt::format("{} {} ({} {} {})", what, shown, range->inside ? "in" : "outside",
+                               flag, range->text));
+  }
 };
+
+std::optional<RangeCheck> range_check(const CheckFlags& f) {
+  if (!f.warn_range && !f.crit_range) {
+    if (f.metric != "depth")
+      throw q::Error(q::ErrorKind::Usage,
+                     fmt::format("--metric {}: give -w or -c RANGE to judge it", f.metric));
+    return std::nullopt;
+  }
+  RangeCheck r;
+  r.metric = f.metric;
+  if (std::find(std::begin(kMetrics), std::end(kMetrics), f.metric) == std::end(kMetrics))
+    throw q::Error(
+        q::ErrorKind::Usage,
+        fmt::format("--metric '{}': not one of depth, dead, oldest_age, out_rate", f.metric));
+  if (f.warn_range) r.warn = parse_plugin_range("-w", *f.warn_range);
+  if (f.crit_range) r.crit = parse_plugin_range("-c", *f.crit_range);
+  const std::optional<std::string>* same = f.metric == "depth"        ? &f.max_depth
+                                           : f.metric == "dead"       ? &f.max_dead
+                                           : f.metric == "oldest_age" ? &f.max_age
+                                                                      : &f.min_rate;
+  const char* flag = f.metric == "depth"        ? "--max-depth"
+                     : f.metric == "dead"       ? "--max-dead"
+                     : f.metric == "oldest_age" ? "--max-age"
+                                                : "--min-rate";
+  if (*same)
+    throw q::Error(q::ErrorKind::Usage,
+                   fmt::format("-w/-c and {} both judge {}: give one of them", flag, f.metric));
+  return r;
+}
 
 void run_check(const CheckFlags& f, Context& ctx) {
   Verdict v;
@@ -172,13 +237,15 @@ void run_check(const CheckFlags& f, Context& ctx) {
     auto max_depth = threshold("--max-depth", f.max_depth, count_value);
     auto max_age = threshold("--max-age", f.max_age, seconds_value);
     auto min_rate = threshold("--min-rate", f.min_rate, rate_flag, /*lower_bound=*/true);
+    auto ranges = range_check(f);
+    bool rated = min_rate || (ranges && ranges->metric == "out_rate");
     q::Millis sample = sample_flag(f.sample);
     q::Millis timeout = duration_flag("-t/--timeout", f.timeout).value_or(kDefaultTimeout);
     if (timeout < q::kSecond || timeout > kMaxSample + q::kMinute)
       throw q::Error(
           q::ErrorKind::Usage,
           fmt::format("-t/--timeout '{}': must be between 1s and 11m", f.timeout.value_or("")));
-    if (min_rate && sample >= timeout)
+    if (rated && sample >= timeout)
       throw q::Error(q::ErrorKind::Usage,
                      fmt::format("--sample {} must be shorter than -t/--timeout {}",
                                  q::format_duration(sample), q::format_duration(timeout)));
@@ -187,7 +254,7 @@ void run_check(const CheckFlags& f, Context& ctx) {
     auto broker = ctx.open_for_reading();
     RateMeter meter;
     queues = meter.sample(*broker, f.queue);
-    if (min_rate) {
+    if (rated) {
       // A rate needs two snapshots.
       std::this_thread::sleep_for(std::chrono::milliseconds(sample));
       queues = meter.sample(*broker, f.queue);
@@ -216,16 +283,31 @@ void run_check(const CheckFlags& f, Context& ctx) {
       if (r.backlog() > 0)
         v.judge(s.name + ": drain rate", r.out_per_s, min_rate,
                 fmt::format("{:.2f}/s", r.out_per_s), "/s", /*below=*/true);
+      if (ranges) {
+        const auto& m = ranges->metric;
+        if (m == "depth")
+          v.judge_range(s.name + ": depth", static_cast<double>(r.backlog()), *ranges,
+                        std::to_string(r.backlog()));
+        else if (m == "dead")
+          v.judge_range(s.name + ": dead letters", static_cast<double>(s.dead), *ranges,
+                        std::to_string(s.dead));
+        else if (m == "oldest_age")
+          v.judge_range(s.name + ": oldest message", age, *ranges, fmt::format("{:.3f}s", age));
+        else if (r.backlog() > 0)  // as --min-rate: an idle queue is not slow
+          v.judge_range(s.name + ": drain rate", r.out_per_s, *ranges,
+                        fmt::format("{:.2f}/s", r.out_per_s));
+      }
       auto perf = [&](const std::string& label, const std::string& value,
                       const std::optional<Threshold>& t, bool minimum = false) {
-        v.perfdata += fmt::format(" '{}_{}'={};{};0", s.name, label, value,
-                                  t ? t->text(minimum) : std::string(";"));
+        std::string limits = ranges && ranges->metric == label ? ranges->perf()
+                             : t                               ? t->text(minimum)
+                                                               : std::string(";");
+        v.perfdata += fmt::format(" '{}_{}'={};{};0", s.name, label, value, limits);
       };
       perf("dead", std::to_string(s.dead), max_dead);
       perf("oldest_age", fmt::format("{:.3f}s", age), max_age);
       perf("depth", std::to_string(r.backlog()), max_depth);
-      if (min_rate)
-        perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate, /*minimum=*/true);
+      if (rated) perf("out_rate", fmt::format("{:.3f}", r.out_per_s), min_rate, /*minimum=*/true);
     }
   } catch (const q::Error& e) {
     ctx.out += fmt::format("Q UNKNOWN - {}\n", error_text(e));
@@ -255,7 +337,8 @@ void add_check(CLI::App& app, Context& ctx) {
       "check",
       "Check queue health for monitoring: one status line with perfdata; exit 0 OK, "
       "1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error, usage errors included, on "
-      "stdout). Thresholds are CRIT or WARN,CRIT");
+      "stdout). Thresholds are CRIT or WARN,CRIT; -w/-c take the monitoring-plugins "
+      "ranges (N, N:, ~:N, N:M, @N:M) and judge --metric");
   cmd->add_option("QUEUE", f->queue, "Only this queue (default: every queue)");
   cmd->add_option("--max-dead", f->max_dead, "Dead letters above this are bad, like 0 or 0,10")
       ->type_name("[W,]C");
@@ -268,6 +351,17 @@ void add_check(CLI::App& app, Context& ctx) {
                   "Draining slower than this while messages wait is bad, like 10/s (measured "
                   "over --sample)")
       ->type_name("[W,]C");
+  cmd->add_option("-w,--warning", f->warn_range,
+                  "WARNING when --metric is outside RANGE (inside with @): 10 (0..10), 10: (at "
+                  "least 10), ~:10 (at most 10), 10:20, @10:20")
+      ->type_name("RANGE");
+  cmd->add_option("-c,--critical", f->crit_range,
+                  "CRITICAL when --metric is outside RANGE (inside with @); as -w")
+      ->type_name("RANGE");
+  cmd->add_option("--metric", f->metric,
+                  "What -w/-c judge, per queue: depth (default; visible, in flight and "
+                  "delayed), dead, oldest_age (seconds), out_rate (per second over --sample)")
+      ->type_name("NAME");
   cmd->add_option("--sample", f->sample, "How long --min-rate measures (default 2s)")
       ->type_name("DUR");
   cmd->add_option("-t,--timeout", f->timeout,

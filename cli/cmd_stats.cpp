@@ -177,17 +177,16 @@ std::string prometheus(const std::vector<q::QueueStats>& all, const std::string&
       out += fmt::format("{}{{{}}} {}\n", c.name, labels(s), s.counters.*c.field);
   }
   family("q_paused", "gauge", "1 while the queue is paused (q pause): it delivers nothing.");
-  for (const auto& s : all)
-    out += fmt::format("q_paused{{queue=\"{}\"}} {}\n", s.name, s.pause ? 1 : 0);
+  for (const auto& s : all) out += fmt::format("q_paused{{{}}} {}\n", labels(s), s.pause ? 1 : 0);
   family("q_paused_until_seconds", "gauge",
          "When the pause ends, Unix time; 0 when not paused or paused until 'q resume'.");
   for (const auto& s : all)
-    out += fmt::format("q_paused_until_seconds{{queue=\"{}\"}} {:.3f}\n", s.name,
+    out += fmt::format("q_paused_until_seconds{{{}}} {:.3f}\n", labels(s),
                        s.pause ? static_cast<double>(s.pause->until) / 1000.0 : 0.0);
   family("q_pause_info", "gauge", "The reason of a pause in force, as a label (value 1).");
   for (const auto& s : all)
     if (s.pause)
-      out += fmt::format("q_pause_info{{queue=\"{}\",reason=\"{}\"}} 1\n", s.name,
+      out += fmt::format("q_pause_info{{{},reason=\"{}\"}} 1\n", labels(s),
                          prometheus_label(s.pause->reason));
   bool any_fifo = false;
   for (const auto& s : all) any_fifo |= s.config.fifo;

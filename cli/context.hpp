@@ -37,6 +37,9 @@ bool is_nats_location(const std::string& location);
 // locations to q-nats before parsing anything (cli/nats_handoff.cpp).
 using NatsOpener = std::unique_ptr<q::Broker> (*)(const std::string& location, q::Millis timeout);
 extern NatsOpener nats_opener;
+// The nats.c library's version, for q --version: set by q-nats beside
+// nats_opener; null in the static q.
+extern const char* (*nats_library_version)();
 
 struct Context {
   // Global options.

@@ -2,6 +2,8 @@
 // nats:// and tls:// locations (cli/nats_handoff.hpp). File locations work here too.
 #include <cstdlib>
 
+#include <nats/nats.h>
+
 #include "commands.hpp"
 #include "context.hpp"
 #include "nats_broker.hpp"
@@ -55,5 +57,6 @@ int main(int argc, char** argv) {
     options.credentials = credentials_from_environment();
     return q::open_nats_broker(options);
   };
+  cli::nats_library_version = [] { return nats_GetVersion(); };
   return cli::run(argc, argv);
 }

@@ -80,6 +80,29 @@ std::optional<std::vector<std::string>> move_user_info_to_environment(int argc, 
   return args;
 }
 
+std::optional<std::string> find_q_nats() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string beside(self);
+    beside = beside.substr(0, beside.rfind('/') + 1) + "q-nats";
+    if (::access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/q-nats";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
 int hand_over_to_q_nats(int argc, char** argv, const std::string& location) {
   std::vector<std::string> args(argv, argv + argc);
   if (auto moved = move_user_info_to_environment(argc, argv)) args = *moved;

@@ -26,6 +26,10 @@ std::optional<std::vector<std::string>> move_user_info_to_environment(int argc, 
 // after saying why when there is none.
 int hand_over_to_q_nats(int argc, char** argv, const std::string& location);
 
+// Where q-nats would be taken from: beside this executable, else on PATH;
+// nullopt when there is none (q --version).
+std::optional<std::string> find_q_nats();
+
 // For q-nats started with user info in its location: runs itself again
 // without it (the same move); returns only when there was none.
 void reexec_without_user_info(int argc, char** argv);

@@ -82,7 +82,11 @@ if(NOT Q_STATIC OR Q_NATS)
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "jq")
 set(CPACK_DEBIAN_PACKAGE_CONFLICTS "python3-q-text-as-data, q-text-as-data")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/postinst")
+# postinst: the user q, /var/lib/q, and q-work@/q-serve restarted on an
+# upgrade; prerm/postrm: the services stopped and forgotten on removal.
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/postinst"
+    "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/prerm"
+    "${CMAKE_CURRENT_SOURCE_DIR}/packaging/deb/postrm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
 # Debian's files, in the install component "deb" that only the package gets

@@ -31,7 +31,7 @@ _q_spec() {
     'dlq purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'redrive') _q_subs='' _q_flags='-h --help --dry-run --json' _q_vals='--id --reason --since -n --max --rate --to' _q_pos='queue' ;;
     'top') _q_subs='' _q_flags='-h --help' _q_vals='--interval' _q_pos='queue' ;;
-    'check') _q_subs='' _q_flags='-h --help -V --version' _q_vals='--max-dead --max-age --max-depth --min-rate --sample -t --timeout' _q_pos='queue' ;;
+    'check') _q_subs='' _q_flags='-h --help -V --version' _q_vals='--max-dead --max-age --max-depth --min-rate -w --warning -c --critical --metric --sample -t --timeout' _q_pos='queue' ;;
     'purge') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'delete') _q_subs='' _q_flags='-h --help --dry-run -y --yes' _q_vals='' _q_pos='queue' ;;
     'export') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='queue' ;;
@@ -70,7 +70,8 @@ _q_has() {
   return 1
 }
 
-# Queue names of the file named on the line (else $Q_FILE, else the default).
+# Queue names of the file named on the line (else $Q_FILE, else the default),
+# within 1 s (timeout(1)): TAB must not hang on an unreachable cluster.
 _q_queues() {
   local q=$1 file=$2
   [[ $q == '~/'* ]] && q=$HOME/${q#'~/'}
@@ -78,9 +79,9 @@ _q_queues() {
   file=${file%[\"\']}
   [[ $file == '~/'* ]] && file=$HOME/${file#'~/'}
   if [[ -n $file ]]; then
-    "$q" --file "$file" list 2>/dev/null </dev/null
+    timeout 1 "$q" --file "$file" list 2>/dev/null </dev/null
   else
-    "$q" list 2>/dev/null </dev/null
+    timeout 1 "$q" list 2>/dev/null </dev/null
   fi
 }
 

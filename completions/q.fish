@@ -47,7 +47,7 @@ function __q_vals
         case 'q top'
             printf "%s\n" --interval
         case 'q check'
-            printf "%s\n" --max-dead --max-age --max-depth --min-rate --sample -t --timeout
+            printf "%s\n" --max-dead --max-age --max-depth --min-rate -w --warning -c --critical --metric --sample -t --timeout
         case 'q serve'
             printf "%s\n" --listen --credentials --tls-cert --tls-key --max-connections --max-request-size
     end
@@ -195,15 +195,16 @@ function __q_pos_is
     test "$kind" = "$argv[1]"
 end
 
+# Queue names within 1 s (timeout(1)): TAB must not hang on an unreachable cluster.
 function __q_queues
     set -l s (__q_state)
     set -l q (commandline -opc)[1]
     set q (string replace -r -- '^~/' "$HOME/" $q)
     set -l file (string replace -r -- '^~/' "$HOME/" $s[4])
     if test -n "$file"
-        command $q --file $file list 2>/dev/null </dev/null
+        command timeout 1 $q --file $file list 2>/dev/null </dev/null
     else
-        command $q list 2>/dev/null </dev/null
+        command timeout 1 $q list 2>/dev/null </dev/null
     end
 end
 
@@ -240,7 +241,7 @@ complete -c q -n '__q_need_sub "q"' -a backup -d 'Write a consistent, compacted 
 complete -c q -n '__q_need_sub "q"' -a verify -d 'Check the whole queue file, read-only and safe while it is in use: every record\'s checksum, every index entry, the counters'
 complete -c q -n '__q_need_sub "q"' -a serve -d 'Serve the queues of the file (or cluster) over Amazon SQS\'s HTTP API, so AWS SDKs and the aws CLI use them unmodified'
 complete -c q -n '__q_at "q"' -s h -l help -d 'Print this help message and exit'
-complete -c q -n '__q_at "q"' -l version -d 'Display program version information and exit'
+complete -c q -n '__q_at "q"' -l version -d 'Print the version, the backends (file; nats with q-nats) and the libraries, and exit'
 complete -c q -n '__q_at "q"' -s f -l file -r -F -a 'nats:// tls://' -d 'Queue file (default: $Q_FILE, else the XDG data path)'
 complete -c q -n '__q_at "q"' -l no-sync -d 'Do not sync commits to disk: faster, but an OS crash or power loss may lose the last commits (also Q_NO_SYNC=1)'
 complete -c q -n '__q_at "q"' -l lock-timeout -x -d 'Longest wait for the writer lock before exit 69 (default 10s; also Q_LOCK_TIMEOUT)'
@@ -417,6 +418,9 @@ complete -c q -n '__q_at "q check"' -l max-dead -x -d 'Dead letters above this a
 complete -c q -n '__q_at "q check"' -l max-age -x -d 'Oldest message older than this is bad, like 5m or 1m,5m'
 complete -c q -n '__q_at "q check"' -l max-depth -x -d 'More waiting messages than this is bad'
 complete -c q -n '__q_at "q check"' -l min-rate -x -d 'Draining slower than this while messages wait is bad, like 10/s (measured over --sample)'
+complete -c q -n '__q_at "q check"' -s w -l warning -x -d 'WARNING when --metric is outside RANGE (inside with @): 10 (0..10), 10: (at least 10), ~:10 (at most 10), 10:20, @10:20'
+complete -c q -n '__q_at "q check"' -s c -l critical -x -d 'CRITICAL when --metric is outside RANGE (inside with @)'
+complete -c q -n '__q_at "q check"' -l metric -x -d 'What -w/-c judge, per queue: depth (default; visible, in flight and delayed), dead, oldest_age (seconds), out_rate (per second over --sample)'
 complete -c q -n '__q_at "q check"' -l sample -x -d 'How long --min-rate measures (default 2s)'
 complete -c q -n '__q_at "q check"' -s t -l timeout -x -d 'Give up with UNKNOWN after this long (default 10s; 1s to 11m)'
 complete -c q -n '__q_at "q check"' -s V -l version -d 'Print the version and exit'

@@ -621,4 +621,10 @@ bool Cursor::first() { return move(MDB_FIRST); }
 bool Cursor::next() { return move(MDB_NEXT); }
 bool Cursor::last() { return move(MDB_LAST); }
 
+std::string lmdb_library_version() {
+  int major = 0, minor = 0, patch = 0;
+  mdb_version(&major, &minor, &patch);
+  return fmt::format("{}.{}.{}", major, minor, patch);
+}
+
 }  // namespace q::store

@@ -270,4 +270,7 @@ class Cursor {
   MDB_val key_{}, value_{};
 };
 
+// The liblmdb this process runs with (mdb_version), like "0.9.24", for q --version.
+std::string lmdb_library_version();
+
 }  // namespace q::store

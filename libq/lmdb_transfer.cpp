@@ -85,6 +85,10 @@ void store_imported(QueueView& view, std::uint64_t seq, Message m) {
     view.put_header(view.db.dead, seq, header);
     txn.put(view.db.dead_expiry, store::key_q_time_seq(view.rec.qid, header.dead_at, seq), {});
     ++view.rec.dead;
+    // Counted as on NATS (one rule for both backends): it came into the
+    // queue (sent) and went to its dead-letter queue (dead-lettered).
+    ++view.rec.counters.sent;
+    ++view.rec.counters.dead_lettered;
   } else {
     bool delayed = m.state == MessageState::Delayed && m.visible_at > view.now;
     header.visible_at = delayed ? m.visible_at : view.now;

@@ -2,6 +2,8 @@
 // tooling, redrive to another queue.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 
 #include "error.hpp"
@@ -130,6 +132,27 @@ TEST_F(OperationsTest, ExportImportRoundTripLosesNothing) {
   // Importing again into the same file keeps nothing twice: ids are taken, so new ones.
   auto second = other->import_messages("jobs", exported, false);
   EXPECT_NE(second[0], exported[0].id);
+  EXPECT_EQ(other->verify(), std::vector<std::string>{});
+}
+
+// One counting rule for import on both backends (issue 27 item 6): every
+// imported message counts as sent, a dead letter also as dead-lettered, as
+// the NATS backend counts them, so the counters add up to what the queue has.
+TEST_F(OperationsTest, ImportCountsSentAndDeadLetteredAsOnNats) {
+  populate();
+  std::vector<Message> exported;
+  broker_->export_messages("jobs", [&](const Message& m) { exported.push_back(m); });
+  auto dead = static_cast<std::uint64_t>(
+      std::count_if(exported.begin(), exported.end(),
+                    [](const Message& m) { return m.state == MessageState::Dead; }));
+  ASSERT_EQ(dead, 1u);
+  auto other = open((dir_ / "other.q").string(), true);
+  other->import_messages("jobs", exported, /*create_queue=*/true);
+  auto s = other->stats("jobs").at(0);
+  EXPECT_EQ(s.counters.sent, exported.size());
+  EXPECT_EQ(s.counters.dead_lettered, dead);
+  EXPECT_EQ(s.counters.sent - s.counters.dead_lettered, s.visible + s.in_flight + s.delayed);
+  EXPECT_EQ(s.counters.received, 0u);
   EXPECT_EQ(other->verify(), std::vector<std::string>{});
 }
 

@@ -128,3 +128,39 @@ while IFS=$'\t' read -r line mode want; do
 done <"$cases"
 
 echo "$SHELL_NAME: $n command lines checked"
+
+# ---- an unreachable cluster: TAB answers within ~2 s ------------------------------------
+# A listener that never answers (the kernel completes the TCP handshake, no
+# NATS INFO ever comes): without a bound, q list waits its 10 s connect time.
+# The time is the shell's whole run less a run that asks q nothing.
+need python3 python3
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+time.sleep(600)' >"$T/port" &
+silent_pid=$!
+wait_port() { [[ -s $T/port ]]; }
+for _ in $(seq 1 250); do wait_port && break; sleep 0.02; done
+wait_port || die "the silent listener gave no port"
+port=$(<"$T/port")
+ask() { # LINE: the shell's answer to one line, timed (ms on fd 3)
+  local start end
+  start=$(date +%s%3N)
+  case $SHELL_NAME in
+    bash) printf '%s\n' "$1" | bash --norc --noprofile "$SRC/tests/docs/complete.bash" "$SRC/completions/q.bash" ;;
+    zsh) printf '%s\n' "$1" | zsh -f "$SRC/tests/docs/complete.zsh" "$SRC/completions" ;;
+    fish) printf '%s\n' "$1" | HOME=$T fish --no-config "$SRC/tests/docs/complete.fish" "$SRC/completions" ;;
+  esac >/dev/null 2>&1
+  end=$(date +%s%3N)
+  echo $((end - start)) >&3
+}
+base=$(ask "q cre" 3>&1)
+slow=$(ask "q -f nats://127.0.0.1:$port/ns send " 3>&1)
+kill "$silent_pid" 2>/dev/null
+wait "$silent_pid" 2>/dev/null
+echo "$SHELL_NAME: a line without q list ${base} ms, queue names from a silent cluster ${slow} ms" >&2
+limit=$((2000 * ${Q_TEST_TIME_SCALE:-1}))
+(( slow - base <= limit )) ||
+  fail "$SHELL_NAME: queue names from an unreachable cluster took $((slow - base)) ms more than a line without them (limit ${limit} ms): the completion's q list is not bounded"

@@ -20,7 +20,9 @@
 #   user q there, and dpkg refuses it beside a python3-q-text-as-data that
 #   ships /usr/bin/q;
 # - unpacked, its q runs: --version names the same version and file format
-#   as the built q.
+#   as the built q;
+# - its maintainer scripts restart the running q-work@ services on an upgrade
+#   and stop the q services on removal, as dh_installsystemd's do.
 source "$(dirname "$0")/lib.sh" "$@"
 need cpack cmake
 need dpkg-deb dpkg
@@ -93,6 +95,7 @@ dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }'
   done
   echo usr/lib/sysusers.d/q.conf
   echo usr/lib/tmpfiles.d/q.conf
+  echo usr/lib/tmpfiles.d/q-prometheus.conf
   echo "usr/share/doc/$pkg/copyright"
   echo "usr/share/doc/$pkg/changelog.Debian.gz"
   echo "usr/share/lintian/overrides/$pkg"
@@ -105,7 +108,9 @@ dpkg-deb --contents "$deb" | awk '$1 ~ /^-/ && $2 != "root/root" { print }' | gr
 # Depends above) and is the q that was built, stripped.
 dpkg -x "$deb" "$T/root" || die "dpkg -x failed"
 got=$("$T/root/usr/bin/q" --version) || fail "the packaged q --version failed"
-[[ $got == "$("$Q" --version)" ]] || fail "the packaged q --version says '$got', the built one '$("$Q" --version)'"
+# The first line: the version and file format (the next ones name the
+# backends and libraries, which differ between q and q-nats).
+[[ ${got%%$'\n'*} == "$("$Q" --version | head -n 1)" ]] || fail "the packaged q --version says '$got', the built one '$("$Q" --version)'"
 file "$T/root/usr/bin/q" | grep -q 'not stripped' && fail "usr/bin/q is not stripped"
 grep -q '^ExecStart=/usr/bin/q work %i ' "$T/root/usr/lib/systemd/system/q-work@.service" ||
   fail "q-work@.service in the package does not run /usr/bin/q"
@@ -113,7 +118,7 @@ Q_FILE=$T/x.q "$T/root/usr/bin/q" create smoke >/dev/null && Q_FILE=$T/x.q "$T/r
   fail "the packaged q cannot create and list a queue"
 if [[ -x $qnats ]]; then
   got=$("$T/root/usr/bin/q-nats" --version) || fail "the packaged q-nats --version failed"
-  [[ $got == "$("$Q" --version)" ]] || fail "the packaged q-nats --version says '$got', q '$("$Q" --version)'"
+  [[ ${got%%$'\n'*} == "$("$Q" --version | head -n 1)" ]] || fail "the packaged q-nats --version says '$got', q '$("$Q" --version)'"
   file "$T/root/usr/bin/q-nats" | grep -q 'not stripped' && fail "usr/bin/q-nats is not stripped"
   [[ $(readlink "$T/root/usr/share/man/man1/q-nats.1.gz") == q.1.gz ]] ||
     fail "usr/share/man/man1/q-nats.1.gz is not a link to q.1.gz"
@@ -192,3 +197,55 @@ dpkg_root -i "$deb" >"$T/dpkg" 2>&1 || fail "dpkg --root -i $pkg failed: $(cat "
 grep -q '^q:x:[0-9]*:[0-9]*:[^:]*:/var/lib/q:' "$r/etc/passwd" 2>/dev/null ||
   fail "the postinst did not make the user q: $(cat "$T/dpkg"; cat "$r/etc/passwd" 2>&1)"
 dpkg_root -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || fail "dpkg --root: $pkg is not installed"
+
+# The maintainer scripts (issue 27 item 6), as dh_installsystemd writes them:
+# an upgrade restarts the running q-work@ (and q-serve) services, so they run
+# the new q; a removal stops every q service before the binary goes, then
+# reloads systemd. Each script runs here as dpkg runs it ($1, $2), with
+# systemd's tools stubbed to log their arguments, and the "is systemd
+# running" directory (/run/systemd/system) pointed at a scratch one, which
+# exists or not.
+dpkg-deb -e "$deb" "$T/control" || die "dpkg-deb -e failed"
+for s in postinst prerm postrm; do
+  [[ -f $T/control/$s ]] || { fail "the package has no $s"; continue; }
+  [[ $(stat -c %a "$T/control/$s") == 755 ]] || fail "$s: mode $(stat -c %a "$T/control/$s"), not 755"
+  sh -n "$T/control/$s" || fail "$s: not a valid sh script"
+  sed "s|/run/systemd/system|$T/run-systemd|g" "$T/control/$s" >"$T/$s"
+done
+mkdir -p "$T/stubs"
+for tool in deb-systemd-invoke systemctl systemd-sysusers systemd-tmpfiles; do
+  printf '#!/bin/sh\necho "%s $*" >>"%s"\n' "$tool" "$T/calls" >"$T/stubs/$tool"
+  chmod 755 "$T/stubs/$tool"
+done
+script_calls() { # SCRIPT ARGS...: what it called of systemd's tools
+  : >"$T/calls"
+  env -u DPKG_ROOT PATH="$T/stubs:/usr/bin:/bin" sh "$T/$@" >/dev/null 2>&1 || echo "exit $?" >>"$T/calls"
+  grep -v 'systemd-sysusers\|systemd-tmpfiles' "$T/calls"
+}
+stop="deb-systemd-invoke stop q-work@*.service q-drain@*.timer q-drain@*.service q-stats.timer q-prometheus.timer q-serve.service"
+restart="deb-systemd-invoke try-restart q-work@*.service q-serve.service"
+mkdir -p "$T/run-systemd"
+[[ $(script_calls postinst configure 0.1.0-1) == "systemctl --system daemon-reload"$'\n'"$restart" ]] ||
+  fail "postinst configure OLD (an upgrade) does not restart the running q-work@: $(cat "$T/calls")"
+[[ -z $(script_calls postinst configure '') ]] ||
+  fail "postinst configure (a first install) touched services: $(cat "$T/calls")"
+[[ $(script_calls prerm remove) == "$stop" ]] ||
+  fail "prerm remove does not stop the q services: $(cat "$T/calls")"
+[[ -z $(script_calls prerm upgrade 0.1.0-2) ]] ||
+  fail "prerm upgrade stopped services (the postinst restarts them): $(cat "$T/calls")"
+[[ $(script_calls postrm remove) == "systemctl --system daemon-reload" ]] ||
+  fail "postrm remove does not reload systemd: $(cat "$T/calls")"
+[[ $(script_calls postrm purge) == "systemctl --system daemon-reload" ]] ||
+  fail "postrm purge does not reload systemd: $(cat "$T/calls")"
+[[ -z $(script_calls postrm upgrade 0.1.0-2) ]] || fail "postrm upgrade: $(cat "$T/calls")"
+# No systemd running (a container, a chroot): nothing is called, nothing fails.
+rmdir "$T/run-systemd"
+for args in "postinst configure 0.1.0-1" "prerm remove" "postrm remove"; do
+  # shellcheck disable=SC2086
+  [[ -z $(script_calls $args) ]] || fail "$args without systemd: $(cat "$T/calls")"
+done
+# Into another root (DPKG_ROOT), this system's services are left alone.
+mkdir -p "$T/run-systemd"
+: >"$T/calls"
+DPKG_ROOT=$T/elsewhere PATH="$T/stubs:/usr/bin:/bin" sh "$T/prerm" remove >/dev/null 2>&1
+[[ ! -s $T/calls ]] || fail "prerm remove with DPKG_ROOT stopped this system's services: $(cat "$T/calls")"

@@ -8,7 +8,8 @@
 #   usr/share/zsh/vendor-completions/_q
 #   usr/share/fish/vendor_completions.d/q.fish
 #   usr/lib/systemd/system/q-work@.service, ... with ExecStart=/usr/bin/q
-#   usr/lib/sysusers.d/q.conf, usr/lib/tmpfiles.d/q.conf (the user q, /var/lib/q)
+#   usr/lib/sysusers.d/q.conf, usr/lib/tmpfiles.d/q.conf (the user q, /var/lib/q),
+#   usr/lib/tmpfiles.d/q-prometheus.conf (q may write the textfile directory)
 # and nothing else; the pages are the built ones and read with man -l.
 source "$(dirname "$0")/lib.sh" "$@"
 need gzip gzip
@@ -35,6 +36,7 @@ qnats=$(dirname "$Q")/q-nats
   done
   echo usr/lib/sysusers.d/q.conf
   echo usr/lib/tmpfiles.d/q.conf
+  echo usr/lib/tmpfiles.d/q-prometheus.conf
 } | sort >"$want"
 (cd "$root" && find . -type f | sed 's|^\./||' | sort) >"$T/got"
 same_set "installed files" "$(cat "$want")" "$(cat "$T/got")" >/dev/null

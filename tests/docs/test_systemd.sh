@@ -16,7 +16,9 @@
 #   the network (no PrivateNetwork=, IPAddressDeny=; AF_INET, AF_INET6 and
 #   AF_UNIX allowed) and /var/lib/q writable for their handlers;
 # - q-stats.service skips its run (ExecCondition= exits 1) instead of failing
-#   while the queue file does not exist.
+#   while the queue file does not exist; with a nats:// or tls:// Q_FILE,
+#   q-stats-nats.service runs instead (with the network q-stats.service has
+#   not), and the same for q-prometheus.
 # Running the units under systemd is test_systemd_live.sh (it needs systemd as
 # PID 1 and root).
 source "$(dirname "$0")/lib.sh" "$@"
@@ -100,19 +102,50 @@ for user in $users; do
     fail "systemd-sysusers did not make the user $user with home /var/lib/q: $(cat "$T/sysroot/etc/passwd" 2>&1)"
 done
 
-# q-stats.service: its ExecCondition= fails (1: skip the run, not a failure)
-# while Q_FILE does not exist, and passes once it does.
-s=$units/q-stats.service
-cond=$(setting "$s" ExecCondition)
-[[ -n $cond ]] || fail "q-stats.service: no ExecCondition= for a missing queue file"
-if [[ -n $cond ]]; then
-  run_cond() { Q_FILE=$1 bash -c "$cond"; }
-  run_cond "$T/none.q"
-  rc=$?
-  ((rc >= 1 && rc <= 254)) || fail "q-stats.service: ExecCondition= exits $rc for a missing file (1-254 skips)"
-  : >"$T/present.q"
-  run_cond "$T/present.q" || fail "q-stats.service: ExecCondition= fails for an existing file"
-fi
+# q-stats and q-prometheus come in pairs (issue 27 item 6): NAME.service for
+# a queue file, without the network, and NAME-nats.service for a nats:// or
+# tls:// Q_FILE, with it; the timer starts NAME.service, which starts the other
+# (Wants=). Each one's ExecCondition= passes for its kind of location only and
+# skips (exits 1-254, not a failure) otherwise; the file one also while the
+# file does not exist. The condition is run as systemd runs it: $$ is $, and
+# Q_FILE comes from the environment.
+: >"$T/present.q"
+run_cond() { # UNIT Q_FILE: the exit status of UNIT's ExecCondition=
+  local cond
+  cond=$(setting "$1" ExecCondition | sed 's/\$\$/$/g')
+  [[ -n $cond ]] || { echo 255; return; }
+  Q_FILE=$2 bash -c "$cond" >/dev/null 2>&1
+  echo $?
+}
+skips() { (($1 >= 1 && $1 <= 254)); }
+for name in q-stats q-prometheus; do
+  f=$units/$name.service n=$units/$name-nats.service
+  [[ -f $n ]] || { fail "no $name-nats.service"; continue; }
+  has "$f" PrivateNetwork yes
+  has "$f" IPAddressDeny any
+  has "$f" RestrictAddressFamilies AF_UNIX
+  has "$f" Wants "$name-nats.service"
+  [[ -z $(setting "$n" PrivateNetwork) && -z $(setting "$n" IPAddressDeny) ]] ||
+    fail "$name-nats.service: no network (PrivateNetwork= or IPAddressDeny=)"
+  has "$n" RestrictAddressFamilies "AF_UNIX AF_INET AF_INET6"
+  [[ $(setting "$f" ExecStart) == "$(setting "$n" ExecStart)" ]] ||
+    fail "$name-nats.service runs another command than $name.service"
+  same_but='^(#|Description=|After=|Wants=|ExecCondition=|PrivateNetwork=|IPAddressDeny=|RestrictAddressFamilies=)'
+  [[ $(grep -vE "$same_but" "$f") == "$(grep -vE "$same_but" "$n")" ]] ||
+    fail "$name-nats.service differs from $name.service in more than the network and its condition"
+  rc=$(run_cond "$f" "$T/present.q")
+  ((rc == 0)) || fail "$name.service: ExecCondition= exits $rc for an existing file"
+  rc=$(run_cond "$f" "$T/none.q")
+  skips "$rc" || fail "$name.service: ExecCondition= exits $rc for a missing file (1-254 skips)"
+  rc=$(run_cond "$n" "$T/present.q")
+  skips "$rc" || fail "$name-nats.service: ExecCondition= exits $rc for a file (1-254 skips)"
+  for loc in nats://127.0.0.1:4222/jobs tls://a:4222,b:4222/jobs nats://user:pw@h:4222/x; do
+    rc=$(run_cond "$f" "$loc")
+    skips "$rc" || fail "$name.service: ExecCondition= exits $rc for $loc (it has no network: 1-254 skips)"
+    rc=$(run_cond "$n" "$loc")
+    ((rc == 0)) || fail "$name-nats.service: ExecCondition= exits $rc for $loc"
+  done
+done
 
 # The q command lines of ExecStart= (with a queue for %i).
 grep -Hn '^ExecStart=' "$units"/* | sed 's/%i/emails/g; s/^\([^:]*:[0-9]*\):/\1\t/' >"$T/execs"

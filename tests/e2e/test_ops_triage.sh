@@ -68,10 +68,10 @@ assert_exit 0 "$Q" stats p
 assert_contains "$OUT" "p: paused until" "stats text names the pause"
 assert_contains "$OUT" "smtp relay down" "stats text: the reason"
 assert_exit 0 "$Q" stats --prometheus
-assert_contains "$OUT" 'q_paused{queue="p"} 1' "prometheus: q_paused"
-assert_contains "$OUT" 'q_pause_info{queue="p",reason="smtp relay down"} 1' "prometheus: the reason"
-assert_match 'q_paused_until_seconds\{queue="p"\} [1-9]' "$OUT" "prometheus: the end"
-assert_contains "$OUT" 'q_paused{queue="jobs"} 0' "prometheus: a queue not paused"
+assert_contains "$OUT" 'q_paused{file="'"$Q_FILE"'",queue="p"} 1' "prometheus: q_paused"
+assert_contains "$OUT" 'q_pause_info{file="'"$Q_FILE"'",queue="p",reason="smtp relay down"} 1' "prometheus: the reason"
+assert_match 'q_paused_until_seconds\{file="[^"]+",queue="p"\} [1-9]' "$OUT" "prometheus: the end"
+assert_contains "$OUT" 'q_paused{file="'"$Q_FILE"'",queue="jobs"} 0' "prometheus: a queue not paused"
 assert_exit 1 "$Q" check p
 assert_contains "$OUT" "Q WARNING" "check: WARNING"
 assert_contains "$OUT" "p: paused until" "check: names the pause"
