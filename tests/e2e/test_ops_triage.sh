@@ -104,7 +104,9 @@ assert_exit 0 "$Q" resume p
 assert_eq "p was not paused" "$OUT" "resume of a queue not paused"
 assert_exit 0 "$Q" check p
 # A pause with --for ends by itself.
-assert_exit 0 "$Q" pause p --for 300ms
+# (300 ms x Q_TEST_TIME_SCALE: under ASan the send and the receive below took
+# longer than a bare 300 ms, and the receive found the pause over)
+assert_exit 0 "$Q" pause p --for $((300 * ${Q_TEST_TIME_SCALE:-1}))ms
 "$Q" send p three -q
 assert_exit 1 "$Q" receive p
 wait_for 5 bash -c "\"$Q\" receive p >/dev/null" || fail "the pause did not end after --for"
