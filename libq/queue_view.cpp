@@ -287,7 +287,27 @@ QueueView::Delivery QueueView::current_delivery(const std::string& receipt) {
                             "count now {})",
                             receipt, id, header->receive_count));
   }
+  if (rec.config.fifo && (header->flags & Header::kLeased) && header->visible_at <= now)
+    check_lapsed_in_order(receipt, parsed->seq, *header);
   return {parsed->seq, std::move(*header)};
+}
+
+// A FIFO lease that ran out still holds while its message is the first of
+// its group (nobody can have had an earlier one since); behind the first, it
+// is stale: the first is delivered again before it, and acking (or
+// extending) it now would finish it ahead of the one in front. One seek.
+void QueueView::check_lapsed_in_order(const std::string& receipt, std::uint64_t seq,
+                                      const Header& header) {
+  auto group_prefix = store::key_group_prefix(rec.qid, header.group);
+  Cursor c(txn, db.group_messages);
+  if (!c.seek(group_prefix) || !c.has_prefix(group_prefix))
+    corrupt(fmt::format("group {} has no messages in its index", header.group));
+  auto first = store::key_q_seq_seq(c.key().substr(group_prefix.size() - 4));
+  if (first == seq) return;
+  throw Error(ErrorKind::Stale,
+              fmt::format("receipt {}: stale: its lease ran out and message {}, ahead of it in "
+                          "group {}, is delivered again first (FIFO order)",
+                          receipt, store::message_id(first), header.group));
 }
 
 Message to_message(std::uint64_t seq, const Header& h, store::Body body, MessageState state) {

@@ -185,6 +185,9 @@ class QueueView {
 
   // The current delivery a receipt names; throws Error(InvalidData or Stale).
   Delivery current_delivery(const std::string& receipt);
+
+ private:
+  void check_lapsed_in_order(const std::string& receipt, std::uint64_t seq, const Header& header);
 };
 
 // Holders of leases (lmdb_holders.cpp): `holder` takes the delivery `nonce`
