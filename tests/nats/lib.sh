@@ -22,6 +22,9 @@
 #   stat_field QUEUE FIELD    one field of q stats --json
 #   now_ms                    milliseconds since the epoch
 #   node kill|restart N       kill -9 node N / start it again and wait until it rejoined
+#   run_env ENV... -- ARGS    q ARGS with these variables: OUT, ERR, RC and SECS (wall
+#                             seconds); both streams also appended to $T/all-output
+#                             (the tests that grep every output for a secret)
 #   stream_leader STREAM      the node (n1..n3) leading STREAM, asked of any live node
 # A test that brings its own harness (test_nats_storm.sh: the torture lib) uses
 # nats_require and nats_cluster_start instead of nats_test.
@@ -103,6 +106,18 @@ expect() { [[ $RC == "$1" ]] || fail "$2: exit $RC, expected $1 (stderr: $ERR)";
 counts() { "$Q" stats "$1" --json | jq -r '"\(.visible) \(.in_flight) \(.delayed)"'; }
 stat_field() { "$Q" stats "$1" --json | jq -r ".$2"; }
 node() { "$cluster" "$1" "$CL" "$2"; }
+run_env() {
+  local -a vars=()
+  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
+  shift
+  local t0
+  t0=$(now_ms)
+  OUT=$(env "${vars[@]}" "$Q" "$@" 2>"$T/err")
+  RC=$?
+  ERR=$(cat "$T/err")
+  SECS=$(awk -v a="$t0" -v b="$(now_ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
+  printf '%s\n%s\n' "$OUT" "$ERR" >>"$T/all-output"
+}
 
 stream_leader() {
   python3 - "$1" "$MON_1" "$MON_2" "$MON_3" <<'EOF'

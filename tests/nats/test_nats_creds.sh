@@ -31,18 +31,7 @@ token=$(grep '^ey' "$NATS_TEST_CREDS")
 unset NATS_USER NATS_PASSWORD NATS_CREDS NATS_NKEY NATS_CA NATS_CERT NATS_KEY Q_FILE
 export NATS_CA=$NATS_TEST_CA
 loc=$urls/cr
-run() {  # ENV... -- ARGS: q with these variables; OUT, ERR, RC, SECS
-  local -a vars=()
-  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
-  shift
-  local t0
-  t0=$(now_ms)
-  OUT=$(env "${vars[@]}" "$Q" "$@" 2>"$T/err")
-  RC=$?
-  ERR=$(cat "$T/err")
-  SECS=$(awk -v a="$t0" -v b="$(now_ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
-  printf '%s\n%s\n' "$OUT" "$ERR" >>"$T/all-output"
-}
+run() { run_env "$@"; }  # (tests/nats/lib.sh)
 refused() {  # RC WHAT PATTERN: the last run exited RC in one line matching PATTERN, fast
   expect "$1" "$2"
   [[ $(printf '%s' "$ERR" | wc -l) == 0 && -n $ERR ]] || fail "$2: not one line: $ERR"

@@ -45,19 +45,7 @@ seed=$(cat "$NATS_TEST_NKEY")
 unset NATS_USER NATS_PASSWORD NATS_CREDS NATS_NKEY NATS_CA NATS_CERT NATS_KEY Q_FILE
 tlsenv=(NATS_CA="$NATS_TEST_CA" NATS_CERT="$NATS_TEST_CERT" NATS_KEY="$NATS_TEST_KEY")
 login=(NATS_USER=q NATS_PASSWORD="$pw")
-# run ENV... -- ARGS: q with these variables; stdout, stderr, status, seconds
-run() {
-  local -a vars=()
-  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
-  shift
-  local t0
-  t0=$(now_ms)
-  OUT=$(env "${vars[@]}" "$Q" "$@" 2>"$T/err")
-  RC=$?
-  ERR=$(cat "$T/err")
-  SECS=$(awk -v a="$t0" -v b="$(now_ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
-  printf '%s\n%s\n' "$OUT" "$ERR" >>"$T/all-output"
-}
+run() { run_env "$@"; }  # (tests/nats/lib.sh)
 one_line() { [[ $(printf '%s' "$ERR" | wc -l) == 0 && -n $ERR ]] || fail "$1: not one line: $ERR"; }
 fast() { awk -v s="$SECS" -v l="$limit" 'BEGIN { exit !(s <= l) }' || fail "$1: took $SECS s"; }
 
