@@ -166,7 +166,9 @@ TEST_F(FormatTest, Format1FixtureIsReadAsItIsThenUpgradedByTheFirstWrite) {
   auto orders =
       std::find_if(leased.begin(), leased.end(), [](auto& l) { return l.queue == "orders"; });
   EXPECT_EQ(broker->ack("orders", {orders->receipt})[0].outcome, ReceiptOutcome::Done);
-  auto next = broker->receive("orders", {2, {}, 0, false, false});
+  ReceiveOptions two;
+  two.max_messages = 2;
+  auto next = broker->receive("orders", two);
   ASSERT_EQ(next.size(), 2u);
   EXPECT_EQ(next[0].body + "|" + next[1].body, "order 2 of alice|order 1 of bob");
 

@@ -22,7 +22,9 @@ class HistoryTest : public ::testing::Test {
     broker_->create_queue("jobs", change);
   }
   void TearDown() override {
-    if (broker_) EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    if (broker_) {
+      EXPECT_EQ(broker_->verify(), std::vector<std::string>{});
+    }
   }
   std::unique_ptr<Broker> open(bool create = false) {
     LmdbOptions options;
