@@ -80,15 +80,17 @@ std::optional<std::vector<std::string>> move_user_info_to_environment(int argc, 
   return args;
 }
 
-std::optional<std::string> find_q_nats() {
+std::string beside_this_executable(const std::string& name) {
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string beside(self);
-    beside = beside.substr(0, beside.rfind('/') + 1) + "q-nats";
-    if (::access(beside.c_str(), X_OK) == 0) return beside;
-  }
+  if (n <= 0) return {};
+  std::string path(self, static_cast<std::size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + name;
+}
+
+std::optional<std::string> find_q_nats() {
+  std::string beside = beside_this_executable("q-nats");
+  if (!beside.empty() && ::access(beside.c_str(), X_OK) == 0) return beside;
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "";
   std::size_t start = 0;
@@ -107,14 +109,8 @@ int hand_over_to_q_nats(int argc, char** argv, const std::string& location) {
   std::vector<std::string> args(argv, argv + argc);
   if (auto moved = move_user_info_to_environment(argc, argv)) args = *moved;
   std::vector<char*> new_argv = pointers(args);
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string beside(self);
-    beside = beside.substr(0, beside.rfind('/') + 1) + "q-nats";
+  if (std::string beside = beside_this_executable("q-nats"); !beside.empty())
     ::execv(beside.c_str(), new_argv.data());
-  }
   ::execvp("q-nats", new_argv.data());
   std::cerr << "q: " << q::redact_location(location)
             << ": the NATS backend (q-nats) is not installed beside q nor "

@@ -26,6 +26,11 @@ std::optional<std::vector<std::string>> move_user_info_to_environment(int argc, 
 // after saying why when there is none.
 int hand_over_to_q_nats(int argc, char** argv, const std::string& location);
 
+// The path NAME would have beside this executable (/proc/self/exe's
+// directory): how q finds its companions q-nats and q-serve; empty when the
+// executable's path cannot be read.
+std::string beside_this_executable(const std::string& name);
+
 // Where q-nats would be taken from: beside this executable, else on PATH;
 // nullopt when there is none (q --version).
 std::optional<std::string> find_q_nats();

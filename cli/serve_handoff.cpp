@@ -8,6 +8,7 @@
 #include <string>
 
 #include "context.hpp"
+#include "nats_handoff.hpp"
 
 namespace cli {
 
@@ -27,14 +28,8 @@ bool is_serve_command(int argc, char** argv) {
 }
 
 int hand_over_to_q_serve(char** argv) {
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string beside(self);
-    beside = beside.substr(0, beside.rfind('/') + 1) + "q-serve";
+  if (std::string beside = beside_this_executable("q-serve"); !beside.empty())
     ::execv(beside.c_str(), argv);
-  }
   ::execvp("q-serve", argv);
   std::cerr << "q serve: the SQS endpoint (q-serve) is not installed beside q nor on PATH ("
             << std::strerror(errno) << ")\n";
