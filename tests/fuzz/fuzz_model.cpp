@@ -776,6 +776,10 @@ class Run {
       if (r.state == MessageState::Dead) {
         m.dead_at = r.dead_at.value_or(m_.now);
         m_.dead[seq] = m;
+        // One counting rule on both backends (q-import(1)): an imported dead
+        // letter was sent and then dead-lettered.
+        ++m_.counters.sent;
+        ++m_.counters.dead_lettered;
       } else {
         m.delayed = r.state == MessageState::Delayed && r.visible_at > m_.now;
         m.visible_at = m.available_at = m.delayed ? r.visible_at : m_.now;
