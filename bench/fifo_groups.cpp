@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "lmdb_broker.hpp"
+#include "libq/lmdb/broker.hpp"
 
 namespace fs = std::filesystem;
 

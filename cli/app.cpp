@@ -12,20 +12,18 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "crash.hpp"
-#include "context.hpp"
-#include "files.hpp"
-#include "error.hpp"
-#include "help.hpp"
-#include "input.hpp"
-#include "location.hpp"
-#include "lmdb_broker.hpp"
-#include "lmdb_store.hpp"
-#include "nats_handoff.hpp"
-#include "output.hpp"
-#include "records.hpp"
-#include "suggest.hpp"
+#include "cli/commands.hpp"
+#include "cli/crash.hpp"
+#include "cli/context.hpp"
+#include "libq/files.hpp"
+#include "libq/error.hpp"
+#include "cli/help.hpp"
+#include "cli/input.hpp"
+#include "libq/location.hpp"
+#include "cli/nats_handoff.hpp"
+#include "cli/output.hpp"
+#include "libq/ids.hpp"
+#include "cli/suggest.hpp"
 
 namespace cli {
 
@@ -65,14 +63,11 @@ std::string Context::queue_file() const {
   return data_home + "/q/default.q";
 }
 
-NatsOpener nats_opener = nullptr;
-const char* (*nats_library_version)() = nullptr;
-
 // q --version: the version and file format (the first line, as before), the
 // backends this q has, and the libraries it runs with.
 std::string version_text() {
   std::string nats;
-  if (nats_opener) {
+  if (q::has_nats_backend()) {
     nats = "nats (built in)";
   } else if (auto q_nats = find_q_nats()) {
     nats = "nats (q-nats: " + *q_nats + ")";
@@ -80,38 +75,49 @@ std::string version_text() {
     nats = "no nats (q-nats is not beside q nor on PATH)";
   }
   std::string libraries =
-      fmt::format("LMDB {}, fmt {}.{}.{}, CLI11 {}", q::store::lmdb_library_version(),
-                  FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100, CLI11_VERSION);
-  if (nats_library_version) libraries += fmt::format(", nats.c {}", nats_library_version());
+      fmt::format("{}, fmt {}.{}.{}, CLI11 {}", q::backend_library_versions(), FMT_VERSION / 10000,
+                  FMT_VERSION / 100 % 100, FMT_VERSION % 100, CLI11_VERSION);
   return fmt::format("q {} (queue file format {})\nbackends: file, {}\nlibraries: {}", Q_VERSION,
-                     q::store::kFormatVersion, nats, libraries);
+                     q::file_format_version(), nats, libraries);
 }
 
 bool is_nats_location(const std::string& location) { return q::is_nats_location(location); }
 
+q::NatsCredentials nats_credentials_from_environment() {
+  auto env = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value ? value : "";
+  };
+  q::NatsCredentials c;
+  c.user = env("NATS_USER");
+  c.password = env("NATS_PASSWORD");
+  c.creds = env("NATS_CREDS");
+  c.nkey = env("NATS_NKEY");
+  c.ca = env("NATS_CA");
+  c.cert = env("NATS_CERT");
+  c.key = env("NATS_KEY");
+  return c;
+}
+
 std::unique_ptr<q::Broker> Context::open(bool create) const {
-  std::string location = queue_file();
-  if (is_nats_location(location)) {
-    if (!nats_opener)
-      throw q::Error(q::ErrorKind::Busy, fmt::format("{}: this q has no NATS backend (q-nats)",
-                                                     q::redact_location(location)));
-    q::Millis timeout = 10 * q::kSecond;
-    if (lock_timeout) {
-      timeout = duration_flag("--lock-timeout", *lock_timeout);
-    } else if (const char* env = std::getenv("Q_LOCK_TIMEOUT"); env && *env) {
-      timeout = duration_flag("Q_LOCK_TIMEOUT", std::string(env));
-    }
-    return nats_opener(location, timeout);
-  }
-  q::LmdbOptions options;
-  options.open.path = location;
-  options.open.create = create;
-  options.clock = &clock();
-  report_crashes_as_damage(options.open.path);
+  q::BrokerRequest request = broker_request();
+  request.create = create;
   const char* no_sync_env = std::getenv("Q_NO_SYNC");
-  options.open.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
-  options.open.lock_timeout = file_lock_timeout(options.open.lock_timeout);
-  return q::open_lmdb_broker(options);
+  request.durable = !(no_sync || (no_sync_env && std::strcmp(no_sync_env, "1") == 0));
+  return q::open_broker(request);
+}
+
+q::BrokerRequest Context::broker_request() const {
+  q::BrokerRequest request;
+  request.location = queue_file();
+  request.clock = &clock();
+  request.timeout = file_lock_timeout(request.timeout);
+  if (is_nats_location(request.location)) {
+    request.credentials = nats_credentials_from_environment();
+  } else {
+    report_crashes_as_damage(request.location);
+  }
+  return request;
 }
 
 q::Millis Context::file_lock_timeout(q::Millis fallback) const {
@@ -130,13 +136,10 @@ std::unique_ptr<q::Broker> Context::open_for_reading() const {
         e.kind() == q::ErrorKind::Permission || e.kind() == q::ErrorKind::ReadOnly;
     if (!readable_anyway || is_nats_location(queue_file())) throw;
   }
-  q::LmdbOptions options;
-  options.open.path = queue_file();
-  options.open.read_only = true;
-  // On a read-only mount, reads wait for q's writers (Env::attach_without_lock_file).
-  options.open.lock_timeout = file_lock_timeout(options.open.lock_timeout);
-  report_crashes_as_damage(options.open.path);
-  return q::open_lmdb_broker(options);
+  q::BrokerRequest request = broker_request();
+  // On a read-only mount, reads wait for q's writers (the lock timeout).
+  request.read_only = true;
+  return q::open_broker(request);
 }
 
 bool write_stdout(const std::string& data) {
@@ -338,7 +341,7 @@ int run(int argc, char** argv) {
   signal(SIGXFSZ, SIG_IGN);
 
   // What libq wants a user to know, that is no error: one line on stderr.
-  q::store::set_notice_handler([](const std::string& message) {
+  q::set_notice_handler([](const std::string& message) {
     std::cerr << error_prefix_text() << ": warning: " << message << "\n" << std::flush;
   });
 

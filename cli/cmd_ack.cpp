@@ -5,10 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "output.hpp"
-#include "input.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
+#include "cli/input.hpp"
 
 namespace cli {
 namespace {

@@ -1,8 +1,8 @@
 // q backup FILE: a copy of the whole queue file.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
 
 namespace cli {
 

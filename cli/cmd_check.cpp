@@ -15,14 +15,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "error.hpp"
-#include "input.hpp"
-#include "output.hpp"
-#include "plugin_range.hpp"
-#include "rates.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/error.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
+#include "cli/plugin_range.hpp"
+#include "cli/work/rates.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -1,9 +1,9 @@
 // q config QUEUE [settings]: show or change a queue's settings.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "settings_flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/settings_flags.hpp"
 
 namespace cli {
 

@@ -2,10 +2,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "confirm.hpp"
-#include "context.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/confirm.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 namespace {

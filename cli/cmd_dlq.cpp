@@ -8,15 +8,15 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "confirm.hpp"
-#include "dead_filter.hpp"
-#include "dead_groups.hpp"
-#include "error.hpp"
-#include "input.hpp"
-#include "output.hpp"
-#include "rates.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/confirm.hpp"
+#include "cli/dead_filter.hpp"
+#include "cli/dead_groups.hpp"
+#include "libq/error.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
+#include "cli/work/rates.hpp"
 
 namespace cli {
 

@@ -2,9 +2,9 @@
 // or to look at a queue with jq.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 

@@ -1,10 +1,10 @@
 // q extend QUEUE RECEIPT --by DUR: the heartbeat of long work.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "input.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 namespace {

@@ -12,12 +12,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "error.hpp"
-#include "input.hpp"
-#include "output.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/error.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -1,9 +1,9 @@
 // q list: the queues of the file, one name a line.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 

@@ -2,10 +2,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "input.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/input.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -2,9 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 namespace {

@@ -2,12 +2,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "holder.hpp"
-#include "input.hpp"
-#include "output.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/holder.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -10,13 +10,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "dead_filter.hpp"
-#include "input.hpp"
-#include "output.hpp"
-#include "stop_signals.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/dead_filter.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
+#include "cli/work/stop_signals.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
 
 namespace cli {
 

@@ -4,11 +4,11 @@
 
 #include <unistd.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "error.hpp"
-#include "input.hpp"
-#include "output.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/error.hpp"
+#include "cli/input.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 namespace {

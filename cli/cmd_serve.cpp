@@ -6,11 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "input.hpp"
-#include "serve/server.hpp"
-#include "serve_handoff.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/input.hpp"
+#include "cli/serve/server.hpp"
+#include "cli/serve_handoff.hpp"
 
 namespace cli {
 namespace {

@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "output.hpp"
-#include "rates.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
+#include "cli/work/rates.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -11,15 +11,15 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "input.hpp"
-#include "location.hpp"
-#include "files.hpp"
-#include "output.hpp"
-#include "rates.hpp"
-#include "stop_signals.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/input.hpp"
+#include "libq/location.hpp"
+#include "libq/files.hpp"
+#include "cli/output.hpp"
+#include "cli/work/rates.hpp"
+#include "cli/work/stop_signals.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

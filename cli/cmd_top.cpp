@@ -16,16 +16,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "error.hpp"
-#include "files.hpp"
-#include "stop_signals.hpp"
-#include "input.hpp"
-#include "location.hpp"
-#include "output.hpp"
-#include "rates.hpp"
-#include "timefmt.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/error.hpp"
+#include "libq/files.hpp"
+#include "cli/work/stop_signals.hpp"
+#include "cli/input.hpp"
+#include "libq/location.hpp"
+#include "cli/output.hpp"
+#include "cli/work/rates.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {
@@ -35,7 +35,7 @@ struct TopFlags {
   std::optional<std::string> interval;
 };
 
-// A key or a lost terminal quits; so does a stop signal (stop_signals.hpp).
+// A key or a lost terminal quits; so does a stop signal (work/stop_signals.hpp).
 bool g_quit = false;
 bool quitting() { return g_quit || stop_signals() > 0; }
 

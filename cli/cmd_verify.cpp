@@ -2,9 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "location.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "libq/location.hpp"
 
 namespace cli {
 

@@ -1,15 +1,15 @@
 // q work QUEUE [options] -- COMMAND [ARGS...]: the consumer runner.
 #include <CLI/CLI.hpp>
 
-#include "commands.hpp"
-#include "context.hpp"
-#include "input.hpp"
-#include "location.hpp"
-#include "worker.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/input.hpp"
+#include "libq/location.hpp"
+#include "cli/work/worker.hpp"
 
 #include <fmt/format.h>
 
-#include "timefmt.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "confirm.hpp"
+#include "cli/confirm.hpp"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "context.hpp"
-#include "output.hpp"
+#include "cli/context.hpp"
+#include "cli/output.hpp"
 
 namespace cli {
 

@@ -7,8 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "broker.hpp"
-#include "error.hpp"
+#include "libq/backends.hpp"
+#include "libq/broker.hpp"
+#include "libq/error.hpp"
 
 namespace cli {
 
@@ -30,16 +31,12 @@ enum Exit : int {
 
 int exit_code(q::ErrorKind kind);
 
+// The options the `nats` CLI's variables give (NATS_USER, NATS_PASSWORD,
+// NATS_CREDS, NATS_NKEY, NATS_CA, NATS_CERT, NATS_KEY; README, q(1) ENVIRONMENT).
+q::NatsCredentials nats_credentials_from_environment();
+
 // Locations that are not a file: nats://HOST:PORT[,...]/NAMESPACE.
 bool is_nats_location(const std::string& location);
-// Opens a nats:// location with the longest wait `timeout` for the cluster.
-// Set by q-nats (cli/main_nats.cpp); null in the static q, which hands such
-// locations to q-nats before parsing anything (cli/nats_handoff.cpp).
-using NatsOpener = std::unique_ptr<q::Broker> (*)(const std::string& location, q::Millis timeout);
-extern NatsOpener nats_opener;
-// The nats.c library's version, for q --version: set by q-nats beside
-// nats_opener; null in the static q.
-extern const char* (*nats_library_version)();
 
 struct Context {
   // Global options.
@@ -69,6 +66,8 @@ struct Context {
   std::unique_ptr<q::Broker> open_for_reading() const;
 
  private:
+  // The location, clock, lock timeout and (a cluster's) credentials.
+  q::BrokerRequest broker_request() const;
   // --lock-timeout, else Q_LOCK_TIMEOUT, else `fallback`.
   q::Millis file_lock_timeout(q::Millis fallback) const;
   q::SystemClock system_clock_;

@@ -1,4 +1,4 @@
-#include "crash.hpp"
+#include "cli/crash.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "context.hpp"
-#include "lmdb_store.hpp"
+#include "cli/context.hpp"
+#include "libq/backends.hpp"
 
 namespace cli {
 namespace {
@@ -44,7 +44,7 @@ void on_memory_fault(int) { say_and_exit(g_fault); }
 // only later, outside LMDB: after any LMDB call, an abort is reported as
 // (probable) damage, with the way to tell it from a bug of q's.
 void on_abort(int signo) {
-  const auto& activity = q::store::g_lmdb_activity;
+  const auto activity = q::storage_activity();
   if (activity.inside || activity.damaged) say_and_exit(g_fault);
   if (activity.calls > 0) say_and_exit(g_abort);
   signal(signo, SIG_DFL);
@@ -96,7 +96,7 @@ void on_cpu_tick(int) {
   static unsigned long last_calls = 0;
   static unsigned long long last_progress = 0;
   static int idle_ticks_in_one_call = 0;
-  const auto& activity = q::store::g_lmdb_activity;
+  const auto activity = q::storage_activity();
   const unsigned long long now = progress();
   if (activity.inside && activity.calls == last_calls && now == last_progress) {
     if (++idle_ticks_in_one_call >= kStuckTicks) say_and_exit(g_stuck);

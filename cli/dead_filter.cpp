@@ -1,10 +1,10 @@
-#include "dead_filter.hpp"
+#include "cli/dead_filter.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "error.hpp"
-#include "input.hpp"
+#include "libq/error.hpp"
+#include "cli/input.hpp"
 
 namespace cli {
 

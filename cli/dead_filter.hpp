@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace CLI {
 class App;

@@ -1,10 +1,10 @@
-#include "dead_groups.hpp"
+#include "cli/dead_groups.hpp"
 
 #include <cctype>
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace cli {
 namespace {

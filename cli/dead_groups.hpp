@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace cli {
 

@@ -1,7 +1,7 @@
 // The help formatter, `q help`, the exit codes of each command and the hidden
 // `q cli-spec`. One description of the command line: --help renders it for
 // people, cli-spec as JSON for completions/generate and tests/docs.
-#include "help.hpp"
+#include "cli/help.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "context.hpp"
-#include "records.hpp"
+#include "cli/context.hpp"
+#include "libq/ids.hpp"
 
 namespace cli {
 namespace {
@@ -422,7 +422,7 @@ void add_cli_spec(CLI::App& app, Context& ctx) {
     nlohmann::ordered_json j = command_json(&app);
     // Hidden commands stay out: this one too.
     j["version"] = Q_VERSION;
-    j["format_version"] = q::store::kFormatVersion;
+    j["format_version"] = q::file_format_version();
     j["environment"] = kEnvironment;
     j["notes"] = kNotes;
     ctx.out += j.dump(2) + "\n";

@@ -1,4 +1,4 @@
-#include "input.hpp"
+#include "cli/input.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "error.hpp"
-#include "timefmt.hpp"
+#include "libq/error.hpp"
+#include "libq/timefmt.hpp"
 
 namespace cli {
 

@@ -1,6 +1,6 @@
-#include "commands.hpp"
-#include "nats_handoff.hpp"
-#include "serve_handoff.hpp"
+#include "cli/commands.hpp"
+#include "cli/nats_handoff.hpp"
+#include "cli/serve_handoff.hpp"
 
 int main(int argc, char** argv) {
   if (cli::is_serve_command(argc, argv)) return cli::hand_over_to_q_serve(argv);

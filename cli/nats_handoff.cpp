@@ -1,4 +1,4 @@
-#include "nats_handoff.hpp"
+#include "cli/nats_handoff.hpp"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <iostream>
 
-#include "context.hpp"
-#include "location.hpp"
+#include "cli/context.hpp"
+#include "libq/location.hpp"
 
 namespace cli {
 namespace {

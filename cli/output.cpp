@@ -1,4 +1,4 @@
-#include "output.hpp"
+#include "cli/output.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "timefmt.hpp"
-#include "utf8.hpp"
+#include "libq/timefmt.hpp"
+#include "libq/utf8.hpp"
 
 namespace cli {
 using q::utf8_sequence;

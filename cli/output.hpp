@@ -1,7 +1,7 @@
 // Output formats: JSON lines and text that is safe for any body.
 #pragma once
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 #include <memory>
 #include <optional>
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "broker.hpp"
-#include "utf8.hpp"
+#include "libq/broker.hpp"
+#include "libq/utf8.hpp"
 
 namespace cli {
 

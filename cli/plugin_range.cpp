@@ -1,11 +1,11 @@
-#include "plugin_range.hpp"
+#include "cli/plugin_range.hpp"
 
 #include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace cli {
 

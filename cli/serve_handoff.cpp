@@ -1,4 +1,4 @@
-#include "serve_handoff.hpp"
+#include "cli/serve_handoff.hpp"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <iostream>
 #include <string>
 
-#include "context.hpp"
-#include "nats_handoff.hpp"
+#include "cli/context.hpp"
+#include "cli/nats_handoff.hpp"
 
 namespace cli {
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace serve {
 struct ServeOptions;

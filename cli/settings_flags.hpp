@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "broker.hpp"
-#include "input.hpp"
+#include "libq/broker.hpp"
+#include "cli/input.hpp"
 
 namespace cli {
 

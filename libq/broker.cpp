@@ -1,4 +1,4 @@
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "error.hpp"
-#include "rules.hpp"
-#include "timefmt.hpp"
+#include "libq/error.hpp"
+#include "libq/rules.hpp"
+#include "libq/timefmt.hpp"
 
 namespace q {
 

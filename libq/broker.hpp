@@ -1,5 +1,5 @@
 // The queue operations the CLI needs, independent of where messages are kept.
-// LmdbBroker (lmdb_broker.hpp) is the one backend today; a backend on a
+// LmdbBroker (lmdb/broker.hpp) is the one backend today; a backend on a
 // distributed engine would implement the same interface.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "clock.hpp"
+#include "libq/clock.hpp"
 
 namespace q {
 
@@ -384,7 +384,7 @@ class Broker {
   // holder where the backend needs it: on a file nothing (any q process sees
   // the pid); on NATS a helper process answers for it on the cluster while
   // it lives, and with `descendants` (q work) while any process it starts
-  // lives (nats_holders.hpp). Receives with ReceiveOptions::holder follow.
+  // lives (nats/holders.hpp). Receives with ReceiveOptions::holder follow.
   void announce_holder(const Holder& holder, bool descendants) {
     do_announce_holder(holder, descendants);
   }
@@ -404,20 +404,64 @@ class Broker {
   std::vector<std::string> verify();
 
  protected:
-  // The backend's part, called with a request that passed the rules
-  // (rules.hpp); the public method of the same name says what each does.
+  // ---- what a backend implements ------------------------------------------------
+  // The public method of the same name says what each does; here is what a
+  // backend must guarantee. Checked above, in the public methods (rules.hpp),
+  // so a backend never sees them wrong: queue names, ranges of every number
+  // and duration, body and attribute sizes and syntax, receipt syntax for
+  // extend/nack/dead_letter/ack_done, what a queue kind refuses (a group on a
+  // standard queue...). Everything else is the backend's: existence of the
+  // queue (Error(NotFound) with Remedy::CreateQueue), its limits (max depth:
+  // Error(Full); a size over the queue's max_size: Error(InvalidData)),
+  // fencing of receipts, atomicity, and the counters of stats.
+  //
+  // Rules every mutating do_* keeps (tests/conformance runs them against every
+  // backend):
+  //  - Atomic: the whole change or none of it, also when the process is killed
+  //    at any instruction (LMDB: one write transaction; NATS: the record that
+  //    makes a change count is written last, by compare-and-set, and a change
+  //    cut short is finished or undone by the next operation that meets it).
+  //  - Fenced: a receipt names one delivery. Once that delivery's lease ran out
+  //    and the message was delivered again, or was acked, nacked or
+  //    dead-lettered, the receipt is stale: ack/ack_and_send/ack_done/
+  //    ack_and_receive give ReceiptOutcome::Stale, extend/nack/dead_letter
+  //    throw Error(Stale). A malformed or unknown receipt is
+  //    ReceiptOutcome::Malformed or Error(InvalidData). A lapsed lease nobody
+  //    took since still acks (the message is not lost twice over), except
+  //    behind its group's head on a FIFO queue (ORDERING in q(7)).
+  //  - Counted: every message sent counts once as sent, every ack once as
+  //    acked, every move to the dead letters once as dead-lettered, with the
+  //    reason kept; stats' depth, in-flight, delayed and dead are exact.
+  //  - FIFO: one delivery of a group at a time, in send order; dedup ids and
+  //    content dedup within the queue's dedup window.
+  //  - max_receives: the receive that would exceed it moves the message to the
+  //    dead letters with the reason of its last failure ("not acknowledged
+  //    after N receives" when none was given), in the same change.
+  //
   // A backend creating a queue (also for send --create and import --create)
-  // starts from default_config().
+  // starts from default_config(); do_capabilities lowers what it cannot hold.
   virtual Capabilities do_capabilities() { return {}; }
+  // Returns false when the queue exists and agrees with `change`; a queue that
+  // exists with other settings: Error(Usage) naming the first that differs.
   virtual bool do_create_queue(const std::string& queue, const ConfigChange& change) = 0;
+  // Changes only what `change` names; a kind (fifo, content_dedup) is fixed.
   virtual QueueConfig do_configure(const std::string& queue, const ConfigChange& change) = 0;
+  // The queue, its messages, dead letters, leases, groups, dedup and done
+  // records: all gone, or none (a later create starts empty).
   virtual RemovedCounts do_delete_queue(const std::string& queue) = 0;
-  virtual std::vector<std::string> do_list_queues() = 0;
+  virtual std::vector<std::string> do_list_queues() = 0;  // sorted
+  // All of `messages` or none (Error(Full) when the depth would pass
+  // max_depth); a dedup id seen within the window returns the first message's
+  // id with duplicate = true and stores nothing.
   virtual std::vector<SendResult> do_send(const std::string& queue,
                                           std::vector<OutgoingMessage> messages,
                                           const SendOptions& options) = 0;
+  // Each message returned is leased until now + visibility (its receive count
+  // raised, its attempt recorded) before it is returned; waits up to
+  // options.wait for one to become visible (do_watch's wake-ups, no busy loop).
   virtual std::vector<Message> do_receive(const std::string& queue,
                                           const ReceiveOptions& options) = 0;
+  // One outcome per receipt, in order; a stale one changes nothing.
   virtual std::vector<ReceiptResult> do_ack(const std::string& queue,
                                             const std::vector<std::string>& receipts) = 0;
   virtual Millis do_extend(const std::string& queue, const std::string& receipt, Millis by) = 0;
@@ -425,6 +469,9 @@ class Broker {
                              const NackOptions& options) = 0;
   virtual void do_dead_letter(const std::string& queue, const std::string& receipt,
                               const std::string& reason, const RunReport& run) = 0;
+  // Exactly once in effect: the outputs are stored once even when a stage is
+  // killed between its sends and its ack and runs again (NATS: ids named
+  // after the source delivery).
   virtual AckSendResult do_ack_and_send(const std::string& queue, const std::string& receipt,
                                         const std::string& to,
                                         std::vector<OutgoingMessage> messages,
@@ -438,7 +485,9 @@ class Broker {
                                      const std::string& key, Millis keep) = 0;
   virtual bool do_is_done(const std::string& queue, const std::string& key) = 0;
   virtual Millis do_next_delivery(const std::string& queue, bool rate_limited) = 0;
+  // Wakes (fd readable) after any change another process commits.
   virtual std::unique_ptr<ChangeWatch> do_watch() = 0;
+  // Reads change nothing: no receive count, no lease, no counter.
   virtual std::vector<Message> do_peek(const std::string& queue, std::size_t max) = 0;
   virtual std::uint64_t do_purge(const std::string& queue) = 0;
   virtual std::vector<QueueStats> do_stats(const std::string& queue) = 0;
@@ -446,6 +495,7 @@ class Broker {
   virtual void do_each_dead_letter(const std::string& queue,
                                    const std::function<bool(const Message&)>& each) = 0;
   virtual std::uint64_t do_purge_dead_letters(const std::string& queue) = 0;
+  // A redriven message keeps its id and history, its receive count starts again.
   virtual std::vector<Message> do_redrive(const std::string& queue,
                                           const RedriveOptions& options) = 0;
   virtual std::optional<Message> do_find_dead_letter(const std::string& queue,
@@ -454,6 +504,8 @@ class Broker {
                                                           const std::vector<std::string>& ids) = 0;
   virtual void do_export_messages(const std::string& queue,
                                   const std::function<void(const Message&)>& each) = 0;
+  // Counts each imported message as sent, an imported dead letter as sent
+  // and dead-lettered (q-import(1)).
   virtual std::vector<std::string> do_import_messages(const std::string& queue,
                                                       std::vector<Message> messages,
                                                       bool create_queue, bool skip_existing) = 0;
@@ -462,6 +514,8 @@ class Broker {
   virtual std::optional<Message> do_show(const std::string& queue, const std::string& id) = 0;
   virtual void do_register_worker(std::uint32_t pid, Millis since, const std::string& command) = 0;
   virtual void do_unregister_worker(std::uint32_t pid, Millis since) = 0;
+  // A lease whose holder died is released (visible again) without waiting for
+  // its timeout; on a file any q sees the pid, so the default does nothing.
   virtual void do_announce_holder(const Holder&, bool) {}
   virtual void do_backup(const std::string& path) = 0;
   virtual std::vector<std::string> do_verify() = 0;

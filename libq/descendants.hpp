@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace q {
 

@@ -1,4 +1,4 @@
-#include "files.hpp"
+#include "libq/files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace q::files {
 namespace {

@@ -1,5 +1,5 @@
-#include "holder.hpp"
-#include "descendants.hpp"
+#include "libq/holder.hpp"
+#include "libq/descendants.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -7,7 +7,7 @@
 #include <functional>
 #include <optional>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace q {
 

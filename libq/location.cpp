@@ -1,10 +1,10 @@
-#include "location.hpp"
+#include "libq/location.hpp"
 
 #include <cctype>
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace q {
 namespace {

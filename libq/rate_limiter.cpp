@@ -1,4 +1,4 @@
-#include "rate_limiter.hpp"
+#include "libq/rate_limiter.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "clock.hpp"
+#include "libq/clock.hpp"
 
 namespace q {
 

@@ -1,4 +1,4 @@
-#include "rules.hpp"
+#include "libq/rules.hpp"
 
 #include <algorithm>
 #include <set>
@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "error.hpp"
-#include "records.hpp"
-#include "timefmt.hpp"
-#include "utf8.hpp"
+#include "libq/error.hpp"
+#include "libq/ids.hpp"
+#include "libq/timefmt.hpp"
+#include "libq/utf8.hpp"
 
 namespace q {
 namespace {
@@ -209,7 +209,7 @@ void check_receive(const ReceiveOptions& options) {
 }
 
 void check_receipt(const std::string& receipt) {
-  if (!store::parse_receipt(receipt))
+  if (!q::parse_receipt(receipt))
     throw Error(ErrorKind::InvalidData,
                 fmt::format("receipt '{}': malformed (expected the receipt of a receive, like "
                             "m1f.0123456789abcdef)",
@@ -241,7 +241,7 @@ void check_idempotency_key(const std::string& key) {
 }
 
 std::uint64_t parse_id(const std::string& id, const char* field) {
-  auto seq = store::parse_message_id(id);
+  auto seq = q::parse_message_id(id);
   if (seq) return *seq;
   if (field)
     refuse(ErrorKind::InvalidData, field,

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace q {
 

@@ -1,4 +1,4 @@
-#include "timefmt.hpp"
+#include "libq/timefmt.hpp"
 
 #include <cctype>
 #include <cstdint>

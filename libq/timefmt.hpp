@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "clock.hpp"
+#include "libq/clock.hpp"
 
 namespace q {
 

@@ -1,4 +1,4 @@
-#include "utf8.hpp"
+#include "libq/utf8.hpp"
 
 #include <cstdint>
 

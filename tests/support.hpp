@@ -10,7 +10,7 @@
 
 #include <lmdb.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace q::testing {
 

@@ -4,7 +4,7 @@
 
 #include <lmdb.h>
 
-#include "lmdb_broker.hpp"
+#include "libq/lmdb/broker.hpp"
 #include "support.hpp"
 
 using namespace q;

@@ -7,14 +7,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "broker.hpp"
-#include "error.hpp"
-#include "rules.hpp"
-#include "input.hpp"
-#include "dead_groups.hpp"
-#include "suggest.hpp"
-#include "help.hpp"
-#include "output.hpp"
+#include "libq/broker.hpp"
+#include "libq/error.hpp"
+#include "libq/rules.hpp"
+#include "cli/input.hpp"
+#include "cli/dead_groups.hpp"
+#include "cli/suggest.hpp"
+#include "cli/help.hpp"
+#include "cli/output.hpp"
 
 using namespace cli;
 

@@ -5,10 +5,10 @@
 #include <map>
 #include <set>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 #include "support.hpp"
-#include "lmdb_broker.hpp"
-#include "sha256.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/sha256.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;

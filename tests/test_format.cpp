@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "lmdb_broker.hpp"
-#include "records.hpp"
+#include "libq/error.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/lmdb/records.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "error.hpp"
-#include "lmdb_broker.hpp"
-#include "records.hpp"
+#include "libq/error.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/lmdb/records.hpp"
 #include "support.hpp"
 
 using namespace q;

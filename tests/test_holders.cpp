@@ -9,10 +9,10 @@
 
 #include <set>
 
-#include "holder.hpp"
-#include "lmdb_broker.hpp"
-#include "queue_view.hpp"
-#include "records.hpp"
+#include "libq/holder.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/lmdb/queue_view.hpp"
+#include "libq/lmdb/records.hpp"
 #include "support.hpp"
 
 using namespace q;

@@ -1,10 +1,10 @@
 // The NATS backend's location syntax and JetStream names (no cluster needed).
 #include <gtest/gtest.h>
 
-#include "error.hpp"
-#include "location.hpp"
-#include "nats_client.hpp"
-#include "nats_nkey.hpp"
+#include "libq/error.hpp"
+#include "libq/location.hpp"
+#include "libq/nats/client.hpp"
+#include "libq/nats/nkey.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 
 #include <filesystem>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 #include "support.hpp"
-#include "lmdb_broker.hpp"
+#include "libq/lmdb/broker.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;

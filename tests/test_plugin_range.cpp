@@ -1,8 +1,8 @@
 // q check -w/-c: the monitoring-plugins range syntax (issue 27 item 6).
 #include <gtest/gtest.h>
 
-#include "error.hpp"
-#include "plugin_range.hpp"
+#include "libq/error.hpp"
+#include "cli/plugin_range.hpp"
 
 using cli::parse_plugin_range;
 

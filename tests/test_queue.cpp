@@ -9,10 +9,10 @@
 #include <fstream>
 #include <iterator>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 #include "support.hpp"
-#include "lmdb_broker.hpp"
-#include "records.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/lmdb/records.hpp"
 
 namespace fs = std::filesystem;
 using namespace q;

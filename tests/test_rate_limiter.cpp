@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "clock.hpp"
-#include "rate_limiter.hpp"
+#include "libq/clock.hpp"
+#include "libq/rate_limiter.hpp"
 
 using namespace q;
 

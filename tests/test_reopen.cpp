@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "lmdb_broker.hpp"
+#include "libq/error.hpp"
+#include "libq/lmdb/broker.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;

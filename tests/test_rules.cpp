@@ -5,10 +5,10 @@
 #include <functional>
 #include <string>
 
-#include "broker.hpp"
-#include "error.hpp"
-#include "output.hpp"
-#include "rules.hpp"
+#include "libq/broker.hpp"
+#include "libq/error.hpp"
+#include "cli/output.hpp"
+#include "libq/rules.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "timefmt.hpp"
-#include "utf8.hpp"
+#include "libq/timefmt.hpp"
+#include "libq/utf8.hpp"
 
 using namespace q;
 

@@ -1,4 +1,4 @@
-// q work's outcome policy (cli/worker_policy.cpp) on a FakeClock: what an
+// q work's outcome policy (cli/work/worker_policy.cpp) on a FakeClock: what an
 // ended command means for its message, and that expected outcomes (a stale
 // receipt) come back as values.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 
 #include <cerrno>
 
-#include "lmdb_broker.hpp"
+#include "libq/lmdb/broker.hpp"
 #include "support.hpp"
-#include "worker_policy.hpp"
+#include "cli/work/worker_policy.hpp"
 
 using namespace cli::work;
 using q::kSecond;

@@ -1,4 +1,4 @@
-#include "crypto.hpp"
+#include "cli/serve/crypto.hpp"
 
 #include <openssl/crypto.h>
 #include <cctype>

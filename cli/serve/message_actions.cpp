@@ -1,6 +1,6 @@
 // The message actions: SendMessage(Batch), ReceiveMessage (the long poll),
 // DeleteMessage(Batch), ChangeMessageVisibility(Batch).
-#include "service_impl.hpp"
+#include "cli/serve/service_impl.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "crypto.hpp"
-#include "error.hpp"
+#include "cli/serve/crypto.hpp"
+#include "libq/error.hpp"
 
 namespace serve {
 

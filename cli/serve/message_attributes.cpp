@@ -1,10 +1,10 @@
-#include "message_attributes.hpp"
+#include "cli/serve/message_attributes.hpp"
 
 #include <fmt/format.h>
 
-#include "crypto.hpp"
-#include "service_input.hpp"
-#include "sqs_error.hpp"
+#include "cli/serve/crypto.hpp"
+#include "cli/serve/service_input.hpp"
+#include "cli/serve/sqs_error.hpp"
 
 namespace serve {
 

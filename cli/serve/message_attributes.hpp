@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace serve {
 

@@ -1,13 +1,13 @@
 // The queue actions: CreateQueue, GetQueueUrl, ListQueues, Get/SetQueueAttributes,
 // DeleteQueue, PurgeQueue, and the SQS queue attributes as q's config.
-#include "service_impl.hpp"
+#include "cli/serve/service_impl.hpp"
 
 #include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace serve {
 

@@ -1,10 +1,10 @@
 // Dead-letter queues: ListDeadLetterSourceQueues, and Start/List/CancelMessageMoveTask
 // as q's redrive.
-#include "service_impl.hpp"
+#include "cli/serve/service_impl.hpp"
 
 #include <fmt/format.h>
 
-#include "error.hpp"
+#include "libq/error.hpp"
 
 namespace serve {
 

@@ -1,4 +1,4 @@
-#include "server.hpp"
+#include "cli/serve/server.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -20,11 +20,11 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
-#include "crypto.hpp"
-#include "error.hpp"
-#include "service.hpp"
-#include "sigv4.hpp"
-#include "wire.hpp"
+#include "cli/serve/crypto.hpp"
+#include "libq/error.hpp"
+#include "cli/serve/service.hpp"
+#include "cli/serve/sigv4.hpp"
+#include "cli/serve/wire.hpp"
 
 namespace serve {
 

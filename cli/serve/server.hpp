@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace serve {
 

@@ -1,9 +1,9 @@
-#include "service.hpp"
+#include "cli/serve/service.hpp"
 
 #include <fmt/format.h>
 
-#include "error.hpp"
-#include "service_impl.hpp"
+#include "libq/error.hpp"
+#include "cli/serve/service_impl.hpp"
 
 namespace serve {
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "broker.hpp"
+#include "libq/broker.hpp"
 
 namespace serve {
 

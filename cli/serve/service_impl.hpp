@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "message_attributes.hpp"
-#include "service.hpp"
-#include "service_input.hpp"
-#include "sqs_error.hpp"
+#include "cli/serve/message_attributes.hpp"
+#include "cli/serve/service.hpp"
+#include "cli/serve/service_input.hpp"
+#include "cli/serve/sqs_error.hpp"
 
 namespace serve {
 

@@ -1,10 +1,10 @@
-#include "service_input.hpp"
+#include "cli/serve/service_input.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "service.hpp"
+#include "cli/serve/service.hpp"
 
 namespace serve {
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "error.hpp"
-#include "sqs_error.hpp"
-#include "broker.hpp"
+#include "libq/error.hpp"
+#include "cli/serve/sqs_error.hpp"
+#include "libq/broker.hpp"
 
 namespace serve {
 

@@ -1,4 +1,4 @@
-#include "sigv4.hpp"
+#include "cli/serve/sigv4.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "crypto.hpp"
-#include "error.hpp"
+#include "cli/serve/crypto.hpp"
+#include "libq/error.hpp"
 
 namespace serve {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "clock.hpp"
+#include "libq/clock.hpp"
 
 namespace serve {
 

@@ -1,9 +1,9 @@
-#include "wire.hpp"
+#include "cli/serve/wire.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-#include "location.hpp"
+#include "libq/location.hpp"
 
 namespace serve {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sqs_error.hpp"
+#include "cli/serve/sqs_error.hpp"
 
 namespace serve {
 

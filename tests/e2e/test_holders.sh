@@ -4,7 +4,7 @@
 # living holder, even one that is stopped, keeps it.
 #
 # The same on NATS (issue 23): a holder is a live NATS connection of a helper
-# process, pinged by whoever looks for a delivery (libq/nats/nats_holders.hpp);
+# process, pinged by whoever looks for a delivery (libq/nats/holders.hpp);
 # tests/nats/test_nats_holders.sh measures it on a cluster.
 source "$(dirname "$0")/lib.sh" "$@"
 scale=${Q_TEST_TIME_SCALE:-1}

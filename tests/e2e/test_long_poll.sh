@@ -36,7 +36,7 @@ wait_bg() {
 }
 
 # ---- a send by another process wakes the waiting receiver -----------------------------------
-# The doorbell (libq/bell.cpp: FUTEX_WAKE at each commit) wakes a waiting
+# The doorbell (libq/lmdb/bell.cpp: FUTEX_WAKE at each commit) wakes a waiting
 # receive within about a millisecond of the send; without it the receive
 # would find the message only at its next look at the file (every 100 ms,
 # Bell::kSlice), which a limit of seconds lets pass. So the wake is timed on

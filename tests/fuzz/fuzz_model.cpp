@@ -22,11 +22,11 @@
 #include <fmt/format.h>
 
 #include "bytes.hpp"
-#include "error.hpp"
-#include "lmdb_broker.hpp"
-#include "records.hpp"
+#include "libq/error.hpp"
+#include "libq/lmdb/broker.hpp"
+#include "libq/lmdb/records.hpp"
 #include "stage_model.hpp"
-#include "worker_policy.hpp"
+#include "cli/work/worker_policy.hpp"
 
 namespace {
 

@@ -1,11 +1,11 @@
-// Receipt and message id parsing (libq/records.hpp): anything that parses is
+// Receipt and message id parsing (libq/ids.hpp): anything that parses is
 // the one spelling q prints for it, so two different strings never name the
 // same delivery.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
-#include "records.hpp"
+#include "libq/lmdb/records.hpp"
 
 using namespace q::store;
 

@@ -1,4 +1,4 @@
-// Record decoding (libq/records.hpp): no input crashes a decoder or reads past
+// Record decoding (libq/lmdb/records.hpp): no input crashes a decoder or reads past
 // its end, and whatever decodes re-encodes to exactly the same bytes (one
 // spelling per record, so a damaged record can never pass for another). The
 // first byte picks the record kind; with its high bit set the checksum is
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "records.hpp"
+#include "libq/lmdb/records.hpp"
 
 using namespace q::store;
 

@@ -30,7 +30,7 @@
 #include <fmt/format.h>
 
 #include "bytes.hpp"
-#include "worker_child.hpp"
+#include "cli/work/worker_child.hpp"
 
 namespace qfuzz {
 

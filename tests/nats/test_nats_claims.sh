@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The claim that makes a lease write exact on a cluster (Client::put_if,
-# nats_client.cpp), against clocks and kills (issue 25, items 1, 2 and 6):
+# nats/client.cpp), against clocks and kills (issue 25, items 1, 2 and 6):
 #  1. skew: an ack stopped between its claim and its write holds a live claim;
 #     a nack of the same receipt by a client 30 s ahead (libfaketime) must
 #     wait for it, not judge it stale by its own clock: the ack wins (0), the
@@ -16,7 +16,7 @@
 #     one more operation (q verify) removes them and finds the namespace
 #     consistent; the claim record is gone.
 #   test_nats_claims.sh Q_BINARY NATS_POKE
-# The hooks: Q_TEST_NATS_KILL_AT / Q_TEST_NATS_STOP_AT (libq/nats/nats_stage.hpp).
+# The hooks: Q_TEST_NATS_KILL_AT / Q_TEST_NATS_STOP_AT (libq/nats/stage.hpp).
 source "$(dirname "$0")/lib.sh"
 nats_test claims "${1:?usage: test_nats_claims.sh Q_BINARY NATS_POKE}"
 POKE=${2:?usage: test_nats_claims.sh Q_BINARY NATS_POKE}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lifetime counters on nats:// (nats_counters.*) stay exact across kill -9 of
+# Lifetime counters on nats:// (nats/counters.*) stay exact across kill -9 of
 # q processes mid-operation and across concurrent consumers in several
 # processes. Three consumers receive and ack (1 s leases, max receives 3)
 # while a killer sends SIGKILL to their q processes at random moments (in a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Holders on a cluster (issue 23; libq/nats/nats_holders.hpp): a q work killed
+# Holders on a cluster (issue 23; libq/nats/holders.hpp): a q work killed
 # with -9 mid-handler gives its message back within about a second (its
 # helper's connection closes, the next look for a delivery pings it and gets
 # "no responders"), not after its 30 s visibility timeout; a SIGSTOPped q

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # q work SRC --to DST on the NATS backend (issue 16) killed with SIGKILL between
 # publishing a message's outputs to DST and acking it in SRC (the test-only
-# hook Q_TEST_NATS_KILL_AT=stage-sent, libq/nats/nats_stage.hpp): the outputs
+# hook Q_TEST_NATS_KILL_AT=stage-sent, libq/nats/stage.hpp): the outputs
 # are in DST once and the source comes back (its holder, the killed q work,
 # died); it is run again, and that run's outputs (the same Nats-Msg-Ids) are
 # not stored a second time: every output is in DST exactly once, every source

@@ -22,7 +22,7 @@
 #
 # In the storm, q processes die too (issue 25): KILL_PCT (default 8) percent of
 # the consumers' receives, acks, nacks and extends kill themselves at one of
-# the steps of a lease write (Q_TEST_NATS_KILL_AT, libq/nats/nats_stage.hpp:
+# the steps of a lease write (Q_TEST_NATS_KILL_AT, libq/nats/stage.hpp:
 # cas-claimed, cas-written; ack-sent for acks and receives, which finish acks
 # others left), each logged as a kill of that process for the checker; and
 # half the receives die after the delete of a dead-letter move, if they make

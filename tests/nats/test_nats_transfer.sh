@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# q export, q import and q backup on the NATS backend (issue 16; nats_transfer.*,
-# nats_backup.*) against a 3-node cluster: export gives each message its state
+# q export, q import and q backup on the NATS backend (issue 16; nats/transfer.*,
+# nats/backup.*) against a 3-node cluster: export gives each message its state
 # (in flight, delayed, dead); import into a new queue gives new ids (the
 # stream's sequence has not passed them) and keeps receive counts, delays,
 # dedup ids and dead letters; the same import run again stores nothing twice

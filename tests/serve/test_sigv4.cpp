@@ -2,7 +2,7 @@
 // q serve adds: the clock-skew window, an unknown key, a wrong secret.
 #include <gtest/gtest.h>
 
-#include "sigv4.hpp"
+#include "cli/serve/sigv4.hpp"
 
 namespace {
 

@@ -58,7 +58,7 @@ fi
 start_load "$PRODUCERS" "$CONSUMERS" 1
 
 # lock_hog: until the load stops, every 1-2 s take the writer lock as q does
-# (flock(2) LOCK_EX on the queue file itself: libq/lmdb_store.cpp
+# (flock(2) LOCK_EX on the queue file itself: libq/lmdb/store.cpp
 # lock_bounded) and hold it HOG_MS.
 lock_hog() {
   local holds=0
