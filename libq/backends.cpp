@@ -38,7 +38,8 @@ std::unique_ptr<Broker> open_broker(const BrokerRequest& request) {
 
 std::string backend_library_versions() {
   std::string text = "LMDB " + store::lmdb_library_version();
-  if (nats_backend::library_version) text += fmt::format(", nats.c {}", nats_backend::library_version());
+  if (nats_backend::library_version)
+    text += fmt::format(", nats.c {}", nats_backend::library_version());
   return text;
 }
 

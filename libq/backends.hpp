@@ -28,7 +28,7 @@ struct NatsCredentials {
 };
 
 struct BrokerRequest {
-  std::string location;  // a file path, or nats://... / tls://... (location.hpp)
+  std::string location;          // a file path, or nats://... / tls://... (location.hpp)
   const Clock* clock = nullptr;  // nullptr: the system clock
   // A file: the writer lock's longest wait. A cluster: the longest wait for
   // an answer (a node down, an election).

@@ -158,12 +158,11 @@ void Worker::pause_if_tripped() {
   // reason) is kept, not replaced by "until q resume" (issue 25 item 12).
   if (auto in_place = broker_.stats(o_.queue).at(0).pause) {
     trip_paused_ = true;
-    progress_.note(
-        fmt::format("queue {}: {}; left as it is ({})", o_.queue,
-                    in_place->until == 0
-                        ? std::string("already paused until 'q resume'")
-                        : fmt::format("already paused until {}", q::format_time(in_place->until)),
-                    trip_reason_));
+    progress_.note(fmt::format("queue {}: {}; left as it is ({})", o_.queue,
+                               in_place->until == 0 ? std::string("already paused until 'q resume'")
+                                                    : fmt::format("already paused until {}",
+                                                                  q::format_time(in_place->until)),
+                               trip_reason_));
     return;
   }
   if (!with_lock([&] { broker_.pause(o_.queue, 0, trip_reason_); })) return;

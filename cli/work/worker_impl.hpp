@@ -31,7 +31,6 @@ namespace cli::work {
 
 using q::Millis;
 
-
 // A message taken, its command running or ended and its outcome not yet recorded.
 struct Job {
   q::Message message;

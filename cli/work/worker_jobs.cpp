@@ -108,8 +108,8 @@ void Worker::start(q::Message m, std::string key, Millis now) {
   int output_write = -1;
   if (stage()) job.output_fd = work::output_pipe(output_write);
   try {
-    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file),
-                            m.body, output_write);
+    job.child = work::spawn(program_, args_, work::environment(m, o_.queue, o_.queue_file), m.body,
+                            output_write);
   } catch (...) {
     if (output_write >= 0) ::close(output_write), ::close(job.output_fd);
     throw;
@@ -213,8 +213,7 @@ void Worker::beat_and_time_out(Millis now) {
       return;  // the lock is busy for every job alike: next turn
     if (beat.outcome != q::ReceiptOutcome::Done) {
       job.lease_lost = true;
-      progress_.note(
-          fmt::format("message {}: heartbeat failed: {}", job.message.id, beat.detail));
+      progress_.note(fmt::format("message {}: heartbeat failed: {}", job.message.id, beat.detail));
     }
     job.next_heartbeat = now + heartbeat_every_;
   }

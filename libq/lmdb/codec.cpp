@@ -7,7 +7,6 @@
 namespace q::store {
 namespace {
 
-
 // ---- CRC-32C (Castagnoli), hardware instruction where the CPU has it ----------
 
 std::array<std::uint32_t, 256> make_crc_table() {

@@ -18,8 +18,8 @@ namespace q::store {
 // The ids and receipts (libq/ids.hpp), as the file's code has always named them.
 using q::message_id;
 using q::parse_message_id;
-using q::ParsedReceipt;
 using q::parse_receipt;
+using q::ParsedReceipt;
 using q::receipt;
 
 // The file format this build writes. It reads format 1 too (files made by q
@@ -27,7 +27,6 @@ using q::receipt;
 // such a file in place on its first write (lmdb/upgrade.cpp).
 constexpr std::uint32_t kFormatVersion = 2;
 constexpr std::uint32_t kOldestFormat = 1;
-
 
 // ---- keys -------------------------------------------------------------------
 // (queue id, seq): messages, dead letters

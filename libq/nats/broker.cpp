@@ -93,10 +93,9 @@ void NatsBroker::do_pause(const std::string& queue, Millis until, const std::str
     Millis now = clock_->now();
     if (until != 0 && until <= now)
       throw Error(ErrorKind::Usage, "--for: the pause must end in the future");
-    if (client_.put_if(
-            Names::config_key(queue),
-            nats::encode_config(have.config, have.created_at, Pause{now, until, reason}),
-            have.revision))
+    if (client_.put_if(Names::config_key(queue),
+                       nats::encode_config(have.config, have.created_at, Pause{now, until, reason}),
+                       have.revision))
       return;
   }
   busy_settings(queue, "pause");
@@ -107,8 +106,8 @@ std::optional<Pause> NatsBroker::do_resume(const std::string& queue) {
     StoredQueue have = must_load(queue);
     if (!have.pause) return std::nullopt;
     auto was = active_pause(have);
-    if (client_.put_if(Names::config_key(queue),
-                       nats::encode_config(have.config, have.created_at), have.revision))
+    if (client_.put_if(Names::config_key(queue), nats::encode_config(have.config, have.created_at),
+                       have.revision))
       return was;
   }
   busy_settings(queue, "resume");
@@ -204,9 +203,9 @@ void NatsBroker::ensure_consumer(const std::string& queue, const QueueConfig& c,
       "setting up the consumer of queue " + queue,
       [&](jsErrCode* err) {
         jsConsumerInfo* ci = nullptr;
-        natsStatus st =
-            create ? js_AddConsumer(&ci, client_.js(), name.c_str(), &cc, nullptr, err)
-                   : js_UpdateConsumer(&ci, client_.js(), name.c_str(), &cc, nullptr, err);
+        natsStatus st = create
+                            ? js_AddConsumer(&ci, client_.js(), name.c_str(), &cc, nullptr, err)
+                            : js_UpdateConsumer(&ci, client_.js(), name.c_str(), &cc, nullptr, err);
         if (create && st != NATS_OK && !nats::transient(st, *err))
           st = js_UpdateConsumer(&ci, client_.js(), name.c_str(), &cc, nullptr, err);
         jsConsumerInfo_Destroy(ci);
@@ -245,8 +244,9 @@ jsStreamState NatsBroker::stream_state(const std::string& queue) {
 namespace q {
 
 std::unique_ptr<Broker> open_nats_broker(const NatsOpenOptions& options) {
-  return std::make_unique<nats::NatsBroker>(nats::parse_location(options.location), options.credentials,
-                                      options.timeout, options.clock, options.location);
+  return std::make_unique<nats::NatsBroker>(nats::parse_location(options.location),
+                                            options.credentials, options.timeout, options.clock,
+                                            options.location);
 }
 
 }  // namespace q

@@ -78,8 +78,7 @@ class NatsBroker final : public Broker {
 
   // ---- receive and the lease records ------------------------------------------
 
-  std::vector<Message> do_receive(const std::string& queue,
-                                  const ReceiveOptions& options) override;
+  std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) override;
 
   std::vector<ReceiptResult> do_ack(const std::string& queue,
                                     const std::vector<std::string>& receipts) override;
@@ -123,8 +122,7 @@ class NatsBroker final : public Broker {
   // Each dead letter moves on its own (JetStream has no transaction over two
   // streams): published to the target first, then removed here, so a move cut
   // short leaves it in both places at worst, and a repeat stores it once.
-  std::vector<Message> do_redrive(const std::string& queue,
-                                  const RedriveOptions& options) override;
+  std::vector<Message> do_redrive(const std::string& queue, const RedriveOptions& options) override;
 
   // ---- q work ------------------------------------------------------------------
 

@@ -456,8 +456,8 @@ std::optional<jsStreamState> Client::stream_state(const std::string& stream,
   return state;
 }
 
-MsgPtr Client::stored_message(const std::string& stream, std::uint64_t seq,
-                              const std::string& what, bool missing_stream_ok) {
+MsgPtr Client::stored_message(const std::string& stream, std::uint64_t seq, const std::string& what,
+                              bool missing_stream_ok) {
   natsMsg* raw = nullptr;
   jsErrCode code{};
   natsStatus s = retry(
@@ -475,8 +475,7 @@ MsgPtr Client::stored_message(const std::string& stream, std::uint64_t seq,
   return msg;
 }
 
-std::optional<nlohmann::json> Client::next_by_subject(const std::string& stream,
-                                                      std::uint64_t from,
+std::optional<nlohmann::json> Client::next_by_subject(const std::string& stream, std::uint64_t from,
                                                       const std::string& subject,
                                                       const std::string& what,
                                                       bool missing_stream_ok) {
@@ -501,8 +500,7 @@ std::optional<nlohmann::json> Client::next_by_subject(const std::string& stream,
         if (j.is_discarded() || !j.is_object()) return NATS_PROTOCOL_ERROR;
         if (auto e = j.find("error"); e != j.end()) {
           auto ec = static_cast<jsErrCode>(e->value("err_code", 0));
-          if (ec == kNoMessageFound || (missing_stream_ok && ec == kStreamNotFound))
-            return NATS_OK;
+          if (ec == kNoMessageFound || (missing_stream_ok && ec == kStreamNotFound)) return NATS_OK;
           *err = ec;
           return NATS_ERR;
         }

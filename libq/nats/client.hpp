@@ -107,8 +107,7 @@ class Client {
   // subject, base64 data and hdrs). nullopt when there is none, and with
   // missing_stream_ok when the stream is gone; Error naming `what` else.
   std::optional<nlohmann::json> next_by_subject(const std::string& stream, std::uint64_t from,
-                                                const std::string& subject,
-                                                const std::string& what,
+                                                const std::string& subject, const std::string& what,
                                                 bool missing_stream_ok = false);
 
   // The state of `stream` (counts, first and last sequence), retried; nullopt

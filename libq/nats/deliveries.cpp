@@ -4,8 +4,9 @@
 
 namespace q::nats {
 
-std::vector<SendResult> NatsBroker::do_send(const std::string& queue, std::vector<OutgoingMessage> messages,
-                                const SendOptions& options) {
+std::vector<SendResult> NatsBroker::do_send(const std::string& queue,
+                                            std::vector<OutgoingMessage> messages,
+                                            const SendOptions& options) {
   auto have = load(queue);
   if (!have && options.create_queue) {
     check_new_queue_name(queue);
@@ -68,7 +69,7 @@ std::vector<SendResult> NatsBroker::do_send(const std::string& queue, std::vecto
 }
 
 std::vector<Message> NatsBroker::do_receive(const std::string& queue,
-                                const ReceiveOptions& options) {
+                                            const ReceiveOptions& options) {
   StoredQueue have = must_load(queue);
   leases_.receiver(
       options.holder_pid != 0 ? options.holder_pid : static_cast<std::uint32_t>(::getpid()),
@@ -107,8 +108,7 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
     while ((want = rate_.take(queue, have.config.rate, options.max_messages)) == 0) {
       Millis until = rate_.ready_at(queue, have.config.rate) - clock_->now();
       if (left() <= 0) return got;
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(std::clamp<Millis>(until, 1, left())));
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<Millis>(until, 1, left())));
     }
   }
   for (;;) {
@@ -119,8 +119,7 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
     Millis wait = left();
     if (holders) wait = std::min<Millis>(wait, nats::HolderBook::kCheckEvery);
     bool held = false;
-    auto batch =
-        pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0), &held);
+    auto batch = pull(queue, static_cast<int>(want - got.size()), std::max<Millis>(wait, 0), &held);
     if (held && !consumer_checked) {
       // A consumer made before q asked for an unlimited max_ack_pending
       // holds every pull once 1000 are in flight: update it, pull again.
@@ -165,7 +164,7 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
 }
 
 std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
-                                  const std::vector<std::string>& receipts) {
+                                              const std::vector<std::string>& receipts) {
   must_load(queue);
   std::vector<ReceiptResult> results;
   std::map<std::string, std::size_t> first;
@@ -219,7 +218,7 @@ Millis NatsBroker::do_extend(const std::string& queue, const std::string& receip
 }
 
 NackResult NatsBroker::do_nack(const std::string& queue, const std::string& receipt,
-                   const NackOptions& options) {
+                               const NackOptions& options) {
   const StoredQueue have = must_load(queue);
   look_again_.erase(queue);  // q work: the released message may be ready now
   auto [seq, lease, revision] = leases_.current(queue, receipt);
@@ -338,7 +337,7 @@ std::uint64_t NatsBroker::consumer_num_pending(const std::string& queue) {
 }
 
 ReceiptOutcome NatsBroker::do_ack_done(const std::string& queue, const std::string& receipt,
-                           const std::string& key, Millis keep) {
+                                       const std::string& key, Millis keep) {
   must_load(queue);
   std::string k = done_key(queue, key);
   std::string value = json{{"u", clock_->now() + keep}, {"w", nats::random_token()}}.dump();
@@ -348,9 +347,9 @@ ReceiptOutcome NatsBroker::do_ack_done(const std::string& queue, const std::stri
     written = client_.put_if(k, value, cur ? cur->revision : 0).has_value();
   }
   if (!written)
-    throw Error(ErrorKind::Busy,
-                fmt::format("queue {}: the record of an idempotency key kept changing; try again",
-                            queue));
+    throw Error(
+        ErrorKind::Busy,
+        fmt::format("queue {}: the record of an idempotency key kept changing; try again", queue));
   auto result = do_ack(queue, {receipt}).at(0);
   if (result.outcome == ReceiptOutcome::Malformed)
     throw Error(ErrorKind::InvalidData, result.detail);
@@ -384,8 +383,9 @@ void NatsBroker::do_announce_holder(const Holder& holder, bool descendants) {
 }
 
 AckSendResult NatsBroker::do_ack_and_send(const std::string& queue, const std::string& receipt,
-                              const std::string& to, std::vector<OutgoingMessage> messages,
-                              const SendOptions& options) {
+                                          const std::string& to,
+                                          std::vector<OutgoingMessage> messages,
+                                          const SendOptions& options) {
   StoredQueue have = must_load(queue);
   AckSendResult result;
   std::uint64_t seq = 0;
@@ -418,14 +418,14 @@ AckSendResult NatsBroker::do_ack_and_send(const std::string& queue, const std::s
 }
 
 void NatsBroker::do_export_messages(const std::string& queue,
-                        const std::function<void(const Message&)>& each) {
+                                    const std::function<void(const Message&)>& each) {
   StoredQueue have = must_load(queue);
   transfer_.export_queue(queue, have.config, each);
 }
 
 std::vector<std::string> NatsBroker::do_import_messages(const std::string& queue,
-                                            std::vector<Message> messages, bool create_queue,
-                                            bool skip_existing) {
+                                                        std::vector<Message> messages,
+                                                        bool create_queue, bool skip_existing) {
   if (create_queue && !load(queue)) {
     check_new_queue_name(queue);
     do_create_queue(queue, {});

@@ -63,7 +63,7 @@ std::vector<Message> NatsBroker::do_peek(const std::string& queue, std::size_t m
 }
 
 void NatsBroker::do_dead_letter(const std::string& queue, const std::string& receipt,
-                    const std::string& reason, const RunReport& run) {
+                                const std::string& reason, const RunReport& run) {
   must_load(queue);
   leases_.dead_letter(queue, names_.stream(queue), receipt,
                       std::string(utf8_prefix(reason, kMaxReason)), run);
@@ -81,7 +81,7 @@ std::vector<Message> NatsBroker::do_dead_letters(const std::string& queue, std::
 }
 
 void NatsBroker::do_each_dead_letter(const std::string& queue,
-                         const std::function<bool(const Message&)>& each) {
+                                     const std::function<bool(const Message&)>& each) {
   must_load(queue);
   dead_.each(queue, [&](const Message& m, std::uint64_t) { return each(m); });
 }
@@ -92,14 +92,14 @@ std::uint64_t NatsBroker::do_purge_dead_letters(const std::string& queue) {
 }
 
 std::optional<Message> NatsBroker::do_find_dead_letter(const std::string& queue,
-                                           const std::string& id) {
+                                                       const std::string& id) {
   must_load(queue);
   if (auto found = dead_.find(queue, id)) return found->message;
   return std::nullopt;
 }
 
 std::vector<std::string> NatsBroker::do_delete_dead_letters(const std::string& queue,
-                                                const std::vector<std::string>& ids) {
+                                                            const std::vector<std::string>& ids) {
   must_load(queue);
   std::vector<std::string> missing;
   std::set<std::string> named;  // an id given twice is deleted once
@@ -112,7 +112,7 @@ std::vector<std::string> NatsBroker::do_delete_dead_letters(const std::string& q
 }
 
 std::vector<Message> NatsBroker::do_redrive(const std::string& queue,
-                                const RedriveOptions& options) {
+                                            const RedriveOptions& options) {
   must_load(queue);
   std::string to = options.to.empty() ? queue : options.to;
   StoredQueue into = to == queue ? must_load(queue) : must_load(to);

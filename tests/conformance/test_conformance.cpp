@@ -69,8 +69,8 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     made_.push_back(name);
     return name;
   }
-  std::string send(const std::string& queue, const std::string& body,
-                   const std::string& group = "", const std::string& dedup = "") {
+  std::string send(const std::string& queue, const std::string& body, const std::string& group = "",
+                   const std::string& dedup = "") {
     q::OutgoingMessage m;
     m.body = body;
     m.group = group;
