@@ -22,7 +22,6 @@
 #include "libq/location.hpp"
 #include "cli/nats_handoff.hpp"
 #include "cli/output.hpp"
-#include "libq/ids.hpp"
 #include "cli/suggest.hpp"
 
 namespace cli {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/context.hpp"
-#include "libq/ids.hpp"
+#include "libq/backends.hpp"
 
 namespace cli {
 namespace {
