@@ -78,6 +78,10 @@ class Suite:
         os.makedirs(self.out, exist_ok=True)
         # A private copy: others may rebuild build/q while this runs.
         shutil.copy2(self.args.q, self.q)
+        # Measured as it ships: the .deb's q is stripped (tests/docs/test_deb.sh);
+        # the build's RelWithDebInfo binary carries some 140 MB of debug
+        # information, which costs every process start a few percent.
+        subprocess.run(["strip", "--strip-debug", self.q], check=True)
         ver = self.p.check_output([self.q, "--version"]).strip()
         log(f"q: {self.args.q} ({ver}); floor: {self.args.floor}; work dir {self.work}")
         if os.path.abspath(self.args.floor) != self.floor:

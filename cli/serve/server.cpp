@@ -235,6 +235,19 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
   } else {
     server = std::make_unique<httplib::Server>();
   }
+  // Replies go out in more than one write (headers, then body): with Nagle's
+  // algorithm on, the second write waited for the client's delayed ACK, some
+  // 40 ms per request on a keep-alive connection. And only SO_REUSEADDR, not
+  // cpp-httplib's default SO_REUSEPORT too, which let a second q serve (of
+  // any program of this user) bind the same port and take half the
+  // connections instead of being told the port is in use.
+  server->set_tcp_nodelay(true);
+  int listen_fd = -1;
+  server->set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   std::size_t threads = o.max_connections;
   server->new_task_queue = [threads] { return new BoundedPool(threads, 0); };
   server->set_payload_max_length(o.max_request);
@@ -276,6 +289,11 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
                    fmt::format("--listen {}:{}: cannot listen there (in use, or not an address "
                                "of this host)",
                                o.host, o.port));
+  // cpp-httplib listens with a backlog of 5 (compiled into Debian's
+  // libcpp-httplib): a burst of connects beyond it got resets. Listening again
+  // on the bound socket only raises the backlog (the kernel caps it at
+  // somaxconn); the pool's bound still decides what is served.
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
 
   std::atomic<bool> done{false};
   std::thread waker([&] {

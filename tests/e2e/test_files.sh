@@ -126,12 +126,49 @@ assert_exit 0 "$Q" backup "$T/b.q"
 kill "$live_pid"; wait "$live_pid" 2>/dev/null
 rm -f "$T"/b.q.tmp-*
 
+# ---- issue 29: pinned names paid for once -------------------------------------------------
+# In a directory no other user may change, LMDB gets /proc/self/fd/D/NAME (D:
+# the directory q opened): no private directory is made and removed per
+# command. In a directory others may write, names go through the private
+# directory of links. Either way a link swapped in is not followed (the
+# symlink tests above run in this test's 0700 directory, so on the first path).
+if command -v strace >/dev/null; then
+  trace_opens() {  # trace_opens FILE CMD...: the file-name calls of one q command
+    strace -f -qq -e trace=mkdir,symlink,rmdir,openat -o "$T/strace" "$Q" -f "$1" "${@:2}" >/dev/null
+    local rc=$?
+    cat "$T/strace"
+    return $rc
+  }
+  rm -f "$Q_FILE"*
+  "$Q" create s >/dev/null || die "create"
+  trace=$(trace_opens "$Q_FILE" send s pinned) || fail "traced send"
+  assert_not_contains "$trace" "q-open." "own directory: no private directory of links"
+  assert_not_contains "$trace" "symlink(" "own directory: no links made"
+  assert_contains "$trace" "/proc/self/fd/" "own directory: LMDB opens through the pinned directory"
+  mkdir -m 0777 "$T/shared" && chmod 0777 "$T/shared"
+  "$Q" -f "$T/shared/s.q" create s >/dev/null || die "create in a shared directory"
+  trace=$(trace_opens "$T/shared/s.q" send s shared) || fail "traced send in a shared directory"
+  assert_contains "$trace" "q-open." "shared directory: the private directory of links"
+  assert_exit 0 "$Q" -f "$T/shared/s.q" receive s
+  # A data file that is itself a link is not pinned by its directory (the link
+  # could be re-pointed): the private directory is used, and it works.
+  ln -s "$Q_FILE" "$T/link.q"
+  trace=$(trace_opens "$T/link.q" send s through-link) || fail "traced send through a link"
+  assert_contains "$trace" "q-open." "a linked data file: the private directory of links"
+  assert_eq 2 "$(stat_field s visible)" "both sends landed in the linked file"
+  rm -f "$T/link.q"
+else
+  missing_part "strace (to see which names LMDB is given)"
+fi
+
 # Without a private temporary directory for pinned names, LMDB gets the real
-# names (and q checks afterwards which files it opened): still works.
-rm -f "$Q_FILE"*
-TMPDIR=/nonexistent "$Q" create s >/dev/null || fail "create with TMPDIR=/nonexistent"
-TMPDIR=/nonexistent "$Q" send s one >/dev/null || fail "send with TMPDIR=/nonexistent"
-assert_exit 0 env TMPDIR=/nonexistent "$Q" receive s
+# names (and q checks afterwards which files it opened): still works, in a
+# directory others may write (where the directory is not pinned).
+rm -rf "$T/shared" && mkdir -m 0777 "$T/shared" && chmod 0777 "$T/shared"
+TMPDIR=/nonexistent "$Q" -f "$T/shared/s.q" create s >/dev/null || fail "create with TMPDIR=/nonexistent"
+TMPDIR=/nonexistent "$Q" -f "$T/shared/s.q" send s one >/dev/null || fail "send with TMPDIR=/nonexistent"
+assert_exit 0 env TMPDIR=/nonexistent "$Q" -f "$T/shared/s.q" receive s
+rm -rf "$T/shared"
 
 # ---- break 15: a long-running q work notices that its file was deleted or replaced ----------
 for how in delete replace; do

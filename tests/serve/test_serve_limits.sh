@@ -110,3 +110,30 @@ assert_eq 200 "$OUT" "HTTPS with --tls-cert/--tls-key"
 assert_contains "$(cat "$T/body")" "https://127.0.0.1:$PORT/000000000000/jobs" "https queue URLs"
 assert_exit 64 "$Q" serve --listen 127.0.0.1:0 --insecure-no-auth --tls-cert "$T/cert.pem"
 assert_contains "$ERR" "--tls-key" "a certificate without its key names the flag"
+
+# A port in use is refused, also when that is another q serve of this user
+# (cpp-httplib's default SO_REUSEPORT let the second one bind and take half
+# of the connections).
+start "$T/p.log" --insecure-no-auth
+assert_exit 69 timeout 20 "$Q" serve --listen "127.0.0.1:$PORT" --insecure-no-auth
+assert_contains "$ERR" "cannot listen there" "a second q serve on the same port: said"
+
+# Replies are not held back by Nagle's algorithm (a reply is more than one
+# write: with it on, each request on a keep-alive connection waited some 40 ms
+# for the client's delayed ACK). Seen as the socket option on the accepted
+# connection, not as a time.
+if command -v strace >/dev/null; then
+  strace -f -qq -e trace=setsockopt -o "$T/nodelay" "$Q" serve --listen 127.0.0.1:0 \
+    --insecure-no-auth 2>"$T/n.log" &
+  tracer=$!
+  wait_for 20 grep -q 'q serve: .* on http' "$T/n.log" || die "q serve under strace did not start"
+  PORT=$(grep -oE 'on https?://127\.0\.0\.1:[0-9]+' "$T/n.log" | head -1 | sed 's/.*://')
+  run curl -s -o /dev/null -w '%{http_code}' -d 'Action=ListQueues' "http://127.0.0.1:$PORT/"
+  assert_eq 200 "$OUT" "served under strace"
+  kill "$tracer" 2>/dev/null
+  pkill -f "serve --listen 127.0.0.1:0 --insecure-no-auth" -P "$tracer" 2>/dev/null
+  wait "$tracer" 2>/dev/null
+  assert_contains "$(cat "$T/nodelay")" "TCP_NODELAY, [1]" "accepted connections have TCP_NODELAY"
+else
+  missing_part "strace (to see the socket options)"
+fi

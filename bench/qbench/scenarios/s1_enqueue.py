@@ -3,7 +3,7 @@ floor, sqlite3, redis-cli and nq.
 """
 import os
 
-from ..common import body_for, paired
+from ..common import body_for, log, median, paired
 from ..contenders import QQueue, RedisQueue, SqliteQueue
 
 def run(suite):
@@ -78,3 +78,34 @@ def run(suite):
                  "round\" in the targets is the median of the ratios and differences of runs "
                  "made moments apart, a check on the ratio of medians.")
     suite.s1_rows = rows
+    if suite.mode == "smoke":
+        startup_regression_check(suite, q, floor_file, body)
+
+
+# One-shot send against the floor, in every run, --smoke (ctest) too: a ratio of
+# alternating medians, so it follows the machine's speed and load, not a time.
+# 1.5x is well above what q costs when nothing regressed (about 1.05x here) and
+# below what the per-open private directory of links cost (1.5-1.6x). A miss is
+# measured again, longer, before it counts: one burst of load on a shared
+# machine must not fail CI, a start-up that really got slower does.
+REGRESSION_LIMIT = 1.5
+
+
+def startup_regression_check(suite, q, floor_file, body):
+    contenders = [("floor", lambda: suite.p.run([suite.floor, floor_file])),
+                  ("q", lambda: q.send_one(body))]
+    ratio = None
+    for pairs in (40, 120):
+        times = suite.alternate(contenders, reps=pairs, warmup=3)
+        qm, fl = median(times["q"]), median(times["floor"])
+        ratio = qm / fl
+        log(f"startup check: q send {qm:.2f} ms, floor {fl:.2f} ms over {pairs} alternating "
+            f"pairs: {ratio:.2f}x (limit {REGRESSION_LIMIT}x)")
+        if ratio <= REGRESSION_LIMIT:
+            break
+    met = ratio <= REGRESSION_LIMIT
+    suite.target("1", f"regression check: q send <= {REGRESSION_LIMIT}x floor", f"{ratio:.2f}x", met)
+    if not met:
+        suite.broken.append(f"one-shot q send is {ratio:.2f}x the floor, over the "
+                            f"{REGRESSION_LIMIT}x regression limit (twice measured): something "
+                            "made every command's start-up slower (bench/README.md, scenario 1)")
