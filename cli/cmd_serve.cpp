@@ -1,5 +1,6 @@
 // q serve [--listen ADDR:PORT] (--credentials FILE | --insecure-no-auth)
 //         [--tls-cert FILE --tls-key FILE] [--max-connections N] [--max-request-size BYTES]
+//         [--no-group-commit]
 #include <pthread.h>
 #include <signal.h>
 
@@ -21,6 +22,7 @@ struct ServeFlags {
   bool insecure = false;
   std::uint32_t max_connections = 64;
   std::uint32_t max_request = 1024 * 1024;
+  bool no_group_commit = false;
 };
 
 void run_serve(const ServeFlags& f, Context& ctx) {
@@ -53,6 +55,7 @@ void run_serve(const ServeFlags& f, Context& ctx) {
   o.tls_key = f.tls_key;
   o.max_connections = f.max_connections;
   o.max_request = f.max_request;
+  o.group_commit = !f.no_group_commit;
   o.location = ctx.queue_file();
   if (!serve_runner)
     throw q::Error(q::ErrorKind::Busy, "q serve: this q has no SQS endpoint (q-serve)");
@@ -98,6 +101,9 @@ void add_serve(CLI::App& app, Context& ctx) {
                   "Largest request body in bytes (default 1048576); larger get 413 unread")
       ->type_name("BYTES")
       ->check(CLI::Range(300000, 64 * 1024 * 1024));
+  cmd->add_flag("--no-group-commit", f->no_group_commit,
+                "Commit each SendMessage and DeleteMessage alone, instead of together with "
+                "the requests that arrive during another's commit (for comparison)");
   cmd->callback([f, &ctx] { run_serve(*f, ctx); });
 }
 

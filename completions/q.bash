@@ -38,7 +38,7 @@ _q_spec() {
     'import') _q_subs='' _q_flags='-h --help --create --skip-existing -q --quiet' _q_vals='' _q_pos='queue' ;;
     'backup') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='file' ;;
     'verify') _q_subs='' _q_flags='-h --help' _q_vals='' _q_pos='' ;;
-    'serve') _q_subs='' _q_flags='-h --help --insecure-no-auth' _q_vals='--listen --credentials --tls-cert --tls-key --max-connections --max-request-size' _q_pos='' ;;
+    'serve') _q_subs='' _q_flags='-h --help --insecure-no-auth --no-group-commit' _q_vals='--listen --credentials --tls-cert --tls-key --max-connections --max-request-size' _q_pos='' ;;
     *) _q_subs='' _q_flags='' _q_vals='' _q_pos='' ;;
   esac
 }

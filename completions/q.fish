@@ -459,3 +459,4 @@ complete -c q -n '__q_at "q serve"' -l tls-cert -r -F -d 'Serve HTTPS with this 
 complete -c q -n '__q_at "q serve"' -l tls-key -r -F -d 'The certificate\'s private key (PEM)'
 complete -c q -n '__q_at "q serve"' -l max-connections -x -d 'Connections served at once, a thread each (default 64)'
 complete -c q -n '__q_at "q serve"' -l max-request-size -x -d 'Largest request body in bytes (default 1048576)'
+complete -c q -n '__q_at "q serve"' -l no-group-commit -d 'Commit each SendMessage and DeleteMessage alone, instead of together with the requests that arrive during another\'s commit (for comparison)'

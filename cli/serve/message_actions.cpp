@@ -76,21 +76,69 @@ std::string Service::Impl::sequence_number(const std::string& id) {
 
 json Service::Impl::send_message(const json& in) {
   std::string queue = queue_from_url(str(in, "QueueUrl"));
-  std::lock_guard<std::mutex> lock(mutex);
+  PendingSend pending;
+  pending.queue = queue;
+  AttributeMap attributes;
+  bool fifo = false;
   try {
-    auto config = stats_of(queue).config;
-    AttributeMap attributes;
-    std::optional<q::Millis> delay;
-    auto m = outgoing(in, config, queue, attributes, delay);
-    std::string body = m.body;
-    q::SendOptions options;
-    options.delay = delay;
-    auto sent = broker->send(queue, {std::move(m)}, options);
-    bump();
-    return sent_reply(sent[0], body, attributes, config.fifo);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto config = stats_of(queue).config;
+      fifo = config.fifo;
+      pending.message = outgoing(in, config, queue, attributes, pending.delay);
+    }
+    std::string body = pending.message.body;
+    if (group_commit) {
+      sends.submit(pending, mutex, [this](const auto& batch) { commit_sends(batch); });
+    } else {
+      sends.submit_alone(pending, mutex, [this](const auto& batch) { commit_sends(batch); });
+    }
+    return sent_reply(pending.result, body, attributes, fifo);
   } catch (const q::Error& e) {
     throw from_q(e, queue);
   }
+}
+
+// The sends of one queue with one delay go in one broker call: one
+// transaction, one commit, in the order they arrived. Should that call fail
+// (the queue full, or deleted meanwhile), nothing of it was stored, and each
+// send is tried alone, so that each gets its own answer.
+void Service::Impl::commit_sends(const std::vector<PendingSend*>& batch) {
+  std::map<std::pair<std::string, std::optional<q::Millis>>, std::vector<PendingSend*>> groups;
+  for (PendingSend* p : batch) groups[{p->queue, p->delay}].push_back(p);
+  bool any = false;
+  auto send = [&](const std::vector<PendingSend*>& items) {
+    std::vector<q::OutgoingMessage> messages;
+    for (const PendingSend* p : items) messages.push_back(p->message);
+    q::SendOptions options;
+    options.delay = items.front()->delay;
+    auto sent = broker->send(items.front()->queue, std::move(messages), options);
+    ++commits;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      items[i]->result = sent.at(i), items[i]->done = true;
+    any = true;
+  };
+  for (auto& [key, items] : groups) {
+    try {
+      send(items);
+      continue;
+    } catch (const q::Error&) {
+      if (items.size() == 1) {
+        items[0]->error = std::current_exception();
+        items[0]->done = true;
+        continue;
+      }
+    }
+    for (PendingSend* p : items) {
+      try {
+        send({p});
+      } catch (const q::Error&) {
+        p->error = std::current_exception();
+        p->done = true;
+      }
+    }
+  }
+  if (any) bump();
 }
 
 void Service::Impl::check_entries(const json& in, const char* action) {
@@ -264,19 +312,28 @@ json Service::Impl::receive_message(const json& in) {
 json Service::Impl::delete_batch(const std::string& queue,
                                  const std::vector<std::pair<std::string, std::string>>& entries,
                                  bool& any_error, json& failures) {
-  std::vector<std::string> receipts;
-  for (const auto& e : entries) receipts.push_back(e.second);
-  std::lock_guard<std::mutex> lock(mutex);
+  PendingDelete pending;
+  pending.queue = queue;
+  for (const auto& e : entries) pending.receipts.push_back(e.second);
   try {
-    auto config = stats_of(queue).config;
-    auto results = broker->ack(queue, receipts);
+    bool fifo = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      fifo = stats_of(queue).config.fifo;
+    }
+    if (group_commit) {
+      deletes.submit(pending, mutex, [this](const auto& batch) { commit_deletes(batch); });
+    } else {
+      deletes.submit_alone(pending, mutex, [this](const auto& batch) { commit_deletes(batch); });
+    }
+    const auto& results = pending.results;
     json ok = json::array();
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       if (r.outcome == q::ReceiptOutcome::Malformed) {
         any_error = true;
         failures.push_back(failed(entries[i].first, receipt_invalid(r.receipt, r.detail)));
-      } else if (r.outcome == q::ReceiptOutcome::Stale && config.fifo) {
+      } else if (r.outcome == q::ReceiptOutcome::Stale && fifo) {
         any_error = true;
         failures.push_back(failed(entries[i].first, receipt_expired(r.receipt)));
       } else {
@@ -286,6 +343,47 @@ json Service::Impl::delete_batch(const std::string& queue,
     return ok;
   } catch (const q::Error& e) {
     throw from_q(e, queue);
+  }
+}
+
+// The deletes of one queue go in one ack: one transaction, one commit, each
+// receipt with its own outcome. Should the ack fail as a whole (the queue
+// deleted meanwhile), each request is tried alone.
+void Service::Impl::commit_deletes(const std::vector<PendingDelete*>& batch) {
+  std::map<std::string, std::vector<PendingDelete*>> groups;
+  for (PendingDelete* p : batch) groups[p->queue].push_back(p);
+  auto ack = [&](const std::vector<PendingDelete*>& items) {
+    std::vector<std::string> receipts;
+    for (const PendingDelete* p : items)
+      receipts.insert(receipts.end(), p->receipts.begin(), p->receipts.end());
+    auto results = broker->ack(items.front()->queue, receipts);
+    ++commits;
+    std::size_t at = 0;
+    for (PendingDelete* p : items) {
+      p->results.assign(results.begin() + at, results.begin() + at + p->receipts.size());
+      at += p->receipts.size();
+      p->done = true;
+    }
+  };
+  for (auto& [queue, items] : groups) {
+    try {
+      ack(items);
+      continue;
+    } catch (const q::Error&) {
+      if (items.size() == 1) {
+        items[0]->error = std::current_exception();
+        items[0]->done = true;
+        continue;
+      }
+    }
+    for (PendingDelete* p : items) {
+      try {
+        ack({p});
+      } catch (const q::Error&) {
+        p->error = std::current_exception();
+        p->done = true;
+      }
+    }
   }
 }
 

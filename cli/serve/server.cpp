@@ -222,6 +222,7 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
 
   auto watch = broker->watch();
   Service service(std::move(broker), clock);
+  service.set_group_commit(o.group_commit);
 
   std::unique_ptr<httplib::Server> server;
   if (o.tls_cert) {
@@ -316,7 +317,10 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
     int sig = 0;
     sigwait(&stop, &sig);
     if (done) return;
-    std::cerr << fmt::format("q serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    auto [requests, commits] = service.group_commit_counts();
+    std::cerr << fmt::format("q serve: stopping ({}); {} sends and deletes in {} commits{}\n",
+                             sig == SIGINT ? "SIGINT" : "SIGTERM", requests, commits,
+                             o.group_commit ? "" : " (--no-group-commit)");
     service.stop();  // long polls answer now, with what they have
     server->stop();  // no new connection
     // The requests in flight are answered (a bounded wait: a client slow to

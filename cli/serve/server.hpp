@@ -22,6 +22,7 @@ struct ServeOptions {
   int read_timeout = 10;                  // seconds a client may take to send a request
   int idle_timeout = 30;                  // seconds a keep-alive connection may idle
   std::string location;                   // for the start-up line
+  bool group_commit = true;               // --no-group-commit: one commit per request
 };
 
 // True for 127.0.0.0/8, ::1 and localhost (inline: cmd_serve checks it in

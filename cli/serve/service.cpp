@@ -65,6 +65,16 @@ Service::Service(std::unique_ptr<q::Broker> broker, const q::Clock& clock)
 }
 Service::~Service() = default;
 
+void Service::set_group_commit(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->group_commit = on;
+}
+
+std::pair<std::uint64_t, std::uint64_t> Service::group_commit_counts() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return {impl_->sends.items() + impl_->deletes.items(), impl_->commits};
+}
+
 void Service::notify() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->bump();

@@ -4,6 +4,9 @@
 // Errors are SqsError.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -45,6 +48,10 @@ class Service {
   void notify();
   // Stops long polls (the server is stopping).
   void stop();
+  // Group commit of SendMessage and DeleteMessage(Batch) (on unless
+  // --no-group-commit); and what it did: requests served, commits made.
+  void set_group_commit(bool on);
+  std::pair<std::uint64_t, std::uint64_t> group_commit_counts();
   const q::Clock& clock() const { return clock_; }
 
  private:

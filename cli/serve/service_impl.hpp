@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/serve/group_commit.hpp"
 #include "cli/serve/message_attributes.hpp"
 #include "cli/serve/service.hpp"
 #include "cli/serve/service_input.hpp"
@@ -33,6 +34,28 @@ struct Service::Impl {
   bool stopping = false;
   std::deque<MoveTask> tasks;  // the last move tasks, newest first
   std::mt19937_64 random{std::random_device{}()};
+
+  // Group commit (group_commit.hpp): SendMessage and DeleteMessage(Batch)
+  // requests that meet are committed together. Off with --no-group-commit.
+  struct PendingSend {
+    std::string queue;
+    q::OutgoingMessage message;
+    std::optional<q::Millis> delay;
+    q::SendResult result;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  struct PendingDelete {
+    std::string queue;
+    std::vector<std::string> receipts;
+    std::vector<q::ReceiptResult> results;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  bool group_commit = true;
+  std::uint64_t commits = 0;  // the broker calls that stored them
+  GroupCommit<PendingSend> sends;
+  GroupCommit<PendingDelete> deletes;
 
   Impl(std::unique_ptr<q::Broker> b, const q::Clock& c) : broker(std::move(b)), clock(c) {}
 
@@ -75,6 +98,8 @@ struct Service::Impl {
                   bool fifo);
   static std::string sequence_number(const std::string& id);
   json send_message(const json& in);
+  void commit_sends(const std::vector<PendingSend*>& batch);
+  void commit_deletes(const std::vector<PendingDelete*>& batch);
   static void check_entries(const json& in, const char* action);
   static json failed(const std::string& id, const SqsError& e);
   json send_message_batch(const json& in);

@@ -1,0 +1,81 @@
+// Group commit for q serve: the requests that arrive while another request's
+// commit is being synced go into the next commit together.
+//
+// No thread of its own: each request puts its item in the pending list and
+// takes the broker's mutex. Whoever gets the mutex first commits every item
+// pending at that moment (its own among them) in as few broker calls as the
+// items allow (one per queue, say), marks each done and lets go; a request
+// whose item was committed by another only reads its result. A reply is
+// therefore sent only after the commit that holds its request returned, as
+// durable as that commit (the broker's sync, unless --no-sync), and a lone
+// request pays nothing more than before: it commits alone at once.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+namespace serve {
+
+// Item: has `bool done` and `std::exception_ptr error`, set by the committer.
+template <class Item>
+class GroupCommit {
+ public:
+  // commit(items): called with `broker_mutex` held, with every pending item
+  // not yet done, the caller's own among them. It sets each item's result;
+  // an item it leaves without one gets the exception it threw.
+  template <class Commit>
+  void submit(Item& item, std::mutex& broker_mutex, Commit commit) {
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.push_back(&item);
+    }
+    std::lock_guard<std::mutex> lock(broker_mutex);
+    if (!item.done) {
+      std::vector<Item*> batch;
+      {
+        std::lock_guard<std::mutex> pending_lock(pending_mutex_);
+        batch.swap(pending_);
+      }
+      items_ += batch.size();
+      try {
+        commit(batch);
+      } catch (...) {
+        for (Item* i : batch)
+          if (!i->done) i->error = std::current_exception(), i->done = true;
+      }
+      for (Item* i : batch) i->done = true;
+    }
+    if (item.error) std::rethrow_exception(item.error);
+  }
+
+  // --no-group-commit: this item alone, as soon as the mutex is free.
+  template <class Commit>
+  void submit_alone(Item& item, std::mutex& broker_mutex, Commit commit) {
+    std::lock_guard<std::mutex> lock(broker_mutex);
+    ++items_;
+    try {
+      commit(std::vector<Item*>{&item});
+    } catch (...) {
+      if (!item.error) item.error = std::current_exception();
+    }
+    if (item.error) std::rethrow_exception(item.error);
+  }
+
+  // Items waiting for a commit now.
+  std::size_t pending() {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    return pending_.size();
+  }
+
+  // Read with the broker mutex held: the items submitted so far.
+  std::uint64_t items() const { return items_; }
+
+ private:
+  std::mutex pending_mutex_;
+  std::vector<Item*> pending_;
+  std::uint64_t items_ = 0;
+};
+
+}  // namespace serve
