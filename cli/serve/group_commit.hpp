@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace serve {
@@ -77,5 +78,33 @@ class GroupCommit {
   std::vector<Item*> pending_;
   std::uint64_t items_ = 0;
 };
+
+// Commits each group of items with one call of `commit_group(items)`. A call
+// that throws stored nothing (one transaction): its items are then committed
+// one by one, so that each gets its own answer, an error only for those that
+// fail alone. Group: a container of Item*; Error: what a failed commit throws.
+template <class Error, class Groups, class CommitGroup>
+void commit_each_group(Groups& groups, CommitGroup commit_group) {
+  for (auto& [key, items] : groups) {
+    try {
+      commit_group(items);
+      continue;
+    } catch (const Error&) {
+      if (items.size() == 1) {
+        items[0]->error = std::current_exception();
+        items[0]->done = true;
+        continue;
+      }
+    }
+    for (auto* item : items) {
+      try {
+        commit_group(std::vector<std::decay_t<decltype(item)>>{item});
+      } catch (const Error&) {
+        item->error = std::current_exception();
+        item->done = true;
+      }
+    }
+  }
+}
 
 }  // namespace serve

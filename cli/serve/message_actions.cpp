@@ -118,26 +118,7 @@ void Service::Impl::commit_sends(const std::vector<PendingSend*>& batch) {
       items[i]->result = sent.at(i), items[i]->done = true;
     any = true;
   };
-  for (auto& [key, items] : groups) {
-    try {
-      send(items);
-      continue;
-    } catch (const q::Error&) {
-      if (items.size() == 1) {
-        items[0]->error = std::current_exception();
-        items[0]->done = true;
-        continue;
-      }
-    }
-    for (PendingSend* p : items) {
-      try {
-        send({p});
-      } catch (const q::Error&) {
-        p->error = std::current_exception();
-        p->done = true;
-      }
-    }
-  }
+  commit_each_group<q::Error>(groups, send);
   if (any) bump();
 }
 
@@ -365,26 +346,7 @@ void Service::Impl::commit_deletes(const std::vector<PendingDelete*>& batch) {
       p->done = true;
     }
   };
-  for (auto& [queue, items] : groups) {
-    try {
-      ack(items);
-      continue;
-    } catch (const q::Error&) {
-      if (items.size() == 1) {
-        items[0]->error = std::current_exception();
-        items[0]->done = true;
-        continue;
-      }
-    }
-    for (PendingDelete* p : items) {
-      try {
-        ack({p});
-      } catch (const q::Error&) {
-        p->error = std::current_exception();
-        p->done = true;
-      }
-    }
-  }
+  commit_each_group<q::Error>(groups, ack);
 }
 
 SqsError Service::Impl::receipt_invalid(const std::string& receipt, const std::string& detail) {
