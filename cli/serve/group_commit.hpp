@@ -79,20 +79,28 @@ class GroupCommit {
   std::uint64_t items_ = 0;
 };
 
-// Commits each group of items with one call of `commit_group(items)`. A call
-// that throws stored nothing (one transaction): its items are then committed
-// one by one, so that each gets its own answer, an error only for those that
-// fail alone. Group: a container of Item*; Error: what a failed commit throws.
-template <class Error, class Groups, class CommitGroup>
-void commit_each_group(Groups& groups, CommitGroup commit_group) {
+// Commits each group of items with one call of `commit_group(items)`. When a
+// call is refused in a way that stored nothing (`alone_may_pass(error)`: a
+// rule's refusal, checked before anything is written, on every backend), its
+// items are committed one by one, so that each gets its own answer. Any other
+// failure (I/O, a cluster that went away part-way) may have stored part of the
+// group: trying again could store a message twice, so every item of the group
+// gets that error, as one batch request would. Groups: a map of containers of
+// Item*; Error: what a failed commit throws.
+template <class Error, class Groups, class CommitGroup, class AlonePass>
+void commit_each_group(Groups& groups, CommitGroup commit_group, AlonePass alone_may_pass) {
+  auto fail = [](auto* item) {
+    if (item->done) return;
+    item->error = std::current_exception();
+    item->done = true;
+  };
   for (auto& [key, items] : groups) {
     try {
       commit_group(items);
       continue;
-    } catch (const Error&) {
-      if (items.size() == 1) {
-        items[0]->error = std::current_exception();
-        items[0]->done = true;
+    } catch (const Error& e) {
+      if (items.size() == 1 || !alone_may_pass(e)) {
+        for (auto* item : items) fail(item);
         continue;
       }
     }
@@ -100,8 +108,7 @@ void commit_each_group(Groups& groups, CommitGroup commit_group) {
       try {
         commit_group(std::vector<std::decay_t<decltype(item)>>{item});
       } catch (const Error&) {
-        item->error = std::current_exception();
-        item->done = true;
+        fail(item);
       }
     }
   }

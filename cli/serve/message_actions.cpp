@@ -16,6 +16,22 @@ namespace serve {
 
 using nlohmann::json;
 
+namespace {
+
+// Errors that the rules raise before a send or an ack writes anything, on
+// either backend: a shared commit refused with one of these stored nothing.
+bool refused_before_storing(const q::Error& e) {
+  switch (e.kind()) {
+    case q::ErrorKind::Full:
+    case q::ErrorKind::InvalidData:
+    case q::ErrorKind::NotFound:
+    case q::ErrorKind::Usage: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 // One entry of SendMessage(Batch), checked; the error names the entry's fault.
 q::OutgoingMessage Service::Impl::outgoing(const json& in, const q::QueueConfig& config,
                                            const std::string& queue, AttributeMap& attributes,
@@ -100,9 +116,10 @@ json Service::Impl::send_message(const json& in) {
 }
 
 // The sends of one queue with one delay go in one broker call: one
-// transaction, one commit, in the order they arrived. Should that call fail
-// (the queue full, or deleted meanwhile), nothing of it was stored, and each
-// send is tried alone, so that each gets its own answer.
+// transaction, one commit, in the order they arrived. Should the rules refuse
+// that call (the queue full, or deleted meanwhile), nothing of it was stored,
+// and each send is tried alone, so that each gets its own answer
+// (commit_each_group).
 void Service::Impl::commit_sends(const std::vector<PendingSend*>& batch) {
   std::map<std::pair<std::string, std::optional<q::Millis>>, std::vector<PendingSend*>> groups;
   for (PendingSend* p : batch) groups[{p->queue, p->delay}].push_back(p);
@@ -118,7 +135,7 @@ void Service::Impl::commit_sends(const std::vector<PendingSend*>& batch) {
       items[i]->result = sent.at(i), items[i]->done = true;
     any = true;
   };
-  commit_each_group<q::Error>(groups, send);
+  commit_each_group<q::Error>(groups, send, refused_before_storing);
   if (any) bump();
 }
 
@@ -328,8 +345,8 @@ json Service::Impl::delete_batch(const std::string& queue,
 }
 
 // The deletes of one queue go in one ack: one transaction, one commit, each
-// receipt with its own outcome. Should the ack fail as a whole (the queue
-// deleted meanwhile), each request is tried alone.
+// receipt with its own outcome. Should the rules refuse the ack as a whole
+// (the queue deleted meanwhile), each request is tried alone.
 void Service::Impl::commit_deletes(const std::vector<PendingDelete*>& batch) {
   std::map<std::string, std::vector<PendingDelete*>> groups;
   for (PendingDelete* p : batch) groups[p->queue].push_back(p);
@@ -346,7 +363,7 @@ void Service::Impl::commit_deletes(const std::vector<PendingDelete*>& batch) {
       p->done = true;
     }
   };
-  commit_each_group<q::Error>(groups, ack);
+  commit_each_group<q::Error>(groups, ack, refused_before_storing);
 }
 
 SqsError Service::Impl::receipt_invalid(const std::string& receipt, const std::string& detail) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -78,6 +79,40 @@ TEST(GroupCommitTest, EachItemGetsItsOwnErrorAndALoneItemCommitsAtOnce) {
   group.submit_alone(alone, broker, commit);
   EXPECT_EQ(alone.result, 3);
   EXPECT_EQ(group.items(), 4u);
+}
+
+// A refusal that stored nothing is retried item by item (each its own
+// answer); any other failure may have stored part of the group, so every
+// item gets it and none is tried again (no message stored twice).
+TEST(GroupCommitTest, OnlyARefusalThatStoredNothingIsTriedItemByItem) {
+  struct Refused : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  for (bool refusal : {true, false}) {
+    std::map<int, std::vector<Item*>> groups;
+    Item a, b, c;
+    a.value = 1, b.value = -1, c.value = 3;
+    groups[0] = {&a, &b, &c};
+    std::vector<std::size_t> calls;
+    auto commit = [&](const std::vector<Item*>& items) {
+      calls.push_back(items.size());
+      for (Item* i : items)
+        if (i->value < 0) throw Refused(refusal ? "refused" : "io");
+      for (Item* i : items) i->result = i->value, i->done = true;
+    };
+    serve::commit_each_group<Refused>(groups, commit, [&](const Refused&) { return refusal; });
+    EXPECT_TRUE(a.done && b.done && c.done);
+    if (refusal) {
+      EXPECT_EQ(calls, (std::vector<std::size_t>{3, 1, 1, 1}));
+      EXPECT_EQ(a.result, 1);
+      EXPECT_EQ(c.result, 3);
+      EXPECT_FALSE(a.error);
+      EXPECT_TRUE(b.error);
+    } else {
+      EXPECT_EQ(calls, (std::vector<std::size_t>{3}));
+      EXPECT_TRUE(a.error && b.error && c.error);
+    }
+  }
 }
 
 }  // namespace
