@@ -294,6 +294,10 @@ struct Capabilities {
   // Where that limit comes from and how to raise it, for the refusal of a
   // larger max_size (empty: kMaxMaxSize, q's own limit).
   std::string max_size_source;
+  // A send or an ack of many that fails stored none of them (one
+  // transaction). False where a failure part-way can leave some stored (NATS
+  // publishes one message at a time), so a caller must not try them again.
+  bool all_or_nothing = false;
 };
 
 class Broker {

@@ -19,13 +19,15 @@ using nlohmann::json;
 namespace {
 
 // Errors that the rules raise before a send or an ack writes anything, on
-// either backend: a shared commit refused with one of these stored nothing.
-bool refused_before_storing(const q::Error& e) {
+// either backend. Full too where the backend is all or nothing: NATS checks
+// the depth first but may still meet the stream's limit part-way (another
+// sender), with the messages before it stored.
+bool refused_before_storing(const q::Error& e, bool all_or_nothing) {
   switch (e.kind()) {
-    case q::ErrorKind::Full:
     case q::ErrorKind::InvalidData:
     case q::ErrorKind::NotFound:
     case q::ErrorKind::Usage: return true;
+    case q::ErrorKind::Full: return all_or_nothing;
     default: return false;
   }
 }
@@ -135,7 +137,8 @@ void Service::Impl::commit_sends(const std::vector<PendingSend*>& batch) {
       items[i]->result = sent.at(i), items[i]->done = true;
     any = true;
   };
-  commit_each_group<q::Error>(groups, send, refused_before_storing);
+  commit_each_group<q::Error>(
+      groups, send, [&](const q::Error& e) { return refused_before_storing(e, all_or_nothing); });
   if (any) bump();
 }
 
@@ -363,7 +366,8 @@ void Service::Impl::commit_deletes(const std::vector<PendingDelete*>& batch) {
       p->done = true;
     }
   };
-  commit_each_group<q::Error>(groups, ack, refused_before_storing);
+  commit_each_group<q::Error>(
+      groups, ack, [&](const q::Error& e) { return refused_before_storing(e, all_or_nothing); });
 }
 
 SqsError Service::Impl::receipt_invalid(const std::string& receipt, const std::string& detail) {

@@ -62,6 +62,7 @@ Service::Service(std::unique_ptr<q::Broker> broker, const q::Clock& clock)
   change.max_receives = 0;
   change.retention = 365 * q::kDay;
   impl_->broker->create_queue(kSettingsQueue, change);
+  impl_->all_or_nothing = impl_->broker->capabilities().all_or_nothing;
 }
 Service::~Service() = default;
 

@@ -53,6 +53,9 @@ struct Service::Impl {
     std::exception_ptr error;
   };
   bool group_commit = true;
+  // The backend stores all of a failed send or ack or none (Capabilities):
+  // only then may a refused shared commit be tried request by request.
+  bool all_or_nothing = false;
   std::uint64_t commits = 0;  // the broker calls that stored them
   GroupCommit<PendingSend> sends;
   GroupCommit<PendingDelete> deletes;

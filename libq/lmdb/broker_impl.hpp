@@ -37,6 +37,11 @@ class LmdbBroker final : public Broker {
     }
   }
 
+  Capabilities do_capabilities() override {
+    Capabilities c;
+    c.all_or_nothing = true;  // every operation is one LMDB write transaction
+    return c;
+  }
   bool do_create_queue(const std::string& queue, const ConfigChange& change) override;
 
   QueueConfig do_configure(const std::string& queue, const ConfigChange& change) override;

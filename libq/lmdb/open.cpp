@@ -98,7 +98,8 @@ void refuse_broken_lmdb() {
 // first and letting LMDB open them after leaves a window in which a link can
 // be swapped in. So LMDB is given names that cannot be swapped:
 //  - where no other user can change the file's directory (it belongs to this
-//    user or root and no group or other may write it), the directory itself
+//    user or root, no group or other may write it, and it is not on FUSE,
+//    whose daemon may answer each lookup differently), the directory itself
 //    is pinned: LMDB gets /proc/self/fd/D/NAME, D a descriptor of the
 //    directory q checked, and NAME and NAME-lock were just seen there as the
 //    very files q opened (not links). That costs an open and two lstats, where
@@ -161,6 +162,15 @@ class PinnedNames {
     if (base.empty()) return false;
     const int dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) return false;
+    // A FUSE daemon answers each lookup as it likes (owner, mode, and a link
+    // where it showed a file a moment ago): only a kernel file system's
+    // answers are trusted here.
+    struct statfs fs {};
+    constexpr unsigned long kFuseMagic = 0x65735546;
+    if (fstatfs(dir_fd, &fs) != 0 || static_cast<unsigned long>(fs.f_type) == kFuseMagic) {
+      ::close(dir_fd);
+      return false;
+    }
     struct stat st {};
     const bool safe = fstat(dir_fd, &st) == 0 && S_ISDIR(st.st_mode) &&
                       (st.st_uid == geteuid() || st.st_uid == 0) &&
