@@ -102,9 +102,9 @@ void refuse_broken_lmdb() {
 //    whose daemon may answer each lookup differently), the directory itself
 //    is pinned: LMDB gets /proc/self/fd/D/NAME, D a descriptor of the
 //    directory q checked, and NAME and NAME-lock were just seen there as the
-//    very files q opened (not links). That costs an open and two lstats, where
-//    the private directory below costs a mkdir, links, unlinks and an rmdir on
-//    every open (a third of a one-shot send);
+//    very files q opened (not links). That costs an open, an fstatfs and two
+//    lstats, where the private directory below costs a mkdir, links, unlinks
+//    and an rmdir on every open (a third of a one-shot send);
 //  - elsewhere (a shared or sticky directory), a private directory (mode 0700,
 //    made by mkdtemp) holding links to /proc/self/fd/N of the descriptors q
 //    opened and checked itself; opening such a link opens that very file.
@@ -157,8 +157,7 @@ class PinnedNames {
   }
   bool pin_directory(const std::string& file, int data_fd, int lock_fd) {
     const std::string dir = parent_dir(file);
-    const auto slash = file.rfind('/');
-    const std::string base = slash == std::string::npos ? file : file.substr(slash + 1);
+    const std::string base = files::base_name(file);
     if (base.empty()) return false;
     const int dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) return false;
