@@ -1,5 +1,6 @@
 // q-nats: the q command line with the NATS JetStream backend; `q` hands it
 // nats:// and tls:// locations (cli/nats_handoff.hpp). File locations work here too.
+#include <cstdio>
 #include <cstdlib>
 
 #include "cli/commands.hpp"
@@ -31,5 +32,10 @@ int main(int argc, char** argv) {
   cli::reexec_without_user_info(argc, argv);
   if (cli::is_serve_command(argc, argv)) return cli::hand_over_to_q_serve(argv);
   q::use_nats_backend();
-  return cli::run(argc, argv);
+  int status = cli::run(argc, argv);
+  // For bench/nats_speed.py: the messages this command sent the cluster.
+  if (std::getenv("Q_NATS_COUNT_REQUESTS"))
+    std::fprintf(stderr, "q-nats: %llu messages sent to the cluster\n",
+                 static_cast<unsigned long long>(q::nats_messages_sent()));
+  return status;
 }

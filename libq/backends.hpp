@@ -50,6 +50,9 @@ std::unique_ptr<Broker> open_broker(const BrokerRequest& request);
 // libq/nats/backend.cpp.
 void use_nats_backend();
 bool has_nats_backend();
+// What the NATS connections of this process published so far (requests,
+// publishes, acks), counted as each closes: a bench's requests per command.
+std::uint64_t nats_messages_sent();
 
 // q-nats --q-nats-holder: the helper process that answers for a holder of
 // leases on the cluster (libq/nats/holders.hpp). Returns its exit code.

@@ -365,6 +365,9 @@ class Broker {
   std::uint64_t purge(const std::string& queue);
   // Every queue when `queue` is empty.
   std::vector<QueueStats> stats(const std::string& queue);
+  // The settings of `queue` alone (one record read, where stats counts
+  // everything); nullopt when there is no such queue.
+  std::optional<QueueConfig> queue_config(const std::string& queue);
   std::vector<Message> dead_letters(const std::string& queue, std::size_t max);
   // Each dead letter, oldest first, one at a time (memory: one message), until
   // `each` returns false.
@@ -495,6 +498,9 @@ class Broker {
   virtual std::vector<Message> do_peek(const std::string& queue, std::size_t max) = 0;
   virtual std::uint64_t do_purge(const std::string& queue) = 0;
   virtual std::vector<QueueStats> do_stats(const std::string& queue) = 0;
+  // The one settings record; a backend without a cheaper way keeps this
+  // default, which reads the queue's stats.
+  virtual std::optional<QueueConfig> do_queue_config(const std::string& queue);
   virtual std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) = 0;
   virtual void do_each_dead_letter(const std::string& queue,
                                    const std::function<bool(const Message&)>& each) = 0;

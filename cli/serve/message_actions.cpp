@@ -101,7 +101,7 @@ json Service::Impl::send_message(const json& in) {
   try {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      auto config = stats_of(queue).config;
+      auto config = config_of(queue);
       fifo = config.fifo;
       pending.message = outgoing(in, config, queue, attributes, pending.delay);
     }
@@ -182,7 +182,7 @@ json Service::Impl::send_message_batch(const json& in) {
   json successful = json::array(), failures = json::array();
   std::lock_guard<std::mutex> lock(mutex);
   try {
-    auto config = stats_of(queue).config;
+    auto config = config_of(queue);
     // The entries that pass go in one send: one transaction, one commit. A
     // per-message delay splits them by delay.
     struct Entry {
@@ -320,7 +320,7 @@ json Service::Impl::delete_batch(const std::string& queue,
     bool fifo = false;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      fifo = stats_of(queue).config.fifo;
+      fifo = config_of(queue).fifo;
     }
     if (group_commit) {
       deletes.submit(pending, mutex, [this](const auto& batch) { commit_deletes(batch); });

@@ -148,6 +148,12 @@ json Service::Impl::create_queue(const json& in, const RequestInfo& info) {
   return {{"QueueUrl", url(info, queue)}};
 }
 
+q::QueueConfig Service::Impl::config_of(const std::string& queue) {
+  auto config = broker->queue_config(queue);
+  if (!config) throw no_such_queue(queue);
+  return *config;
+}
+
 q::QueueStats Service::Impl::stats_of(const std::string& queue) {
   auto all = broker->stats(queue);
   if (all.empty()) throw no_such_queue(queue);
@@ -157,7 +163,7 @@ q::QueueStats Service::Impl::stats_of(const std::string& queue) {
 json Service::Impl::get_queue_url(const json& in, const RequestInfo& info) {
   std::string queue = required(in, "QueueName");
   if (queue == kSettingsQueue) throw no_such_queue(queue);
-  locked(queue, [&](q::Broker&) { return stats_of(queue); });
+  locked(queue, [&](q::Broker&) { return config_of(queue); });
   return {{"QueueUrl", url(info, queue)}};
 }
 
@@ -265,7 +271,7 @@ json Service::Impl::set_queue_attributes(const json& in) {
   read_queue_attributes(in.value("Attributes", json()), queue, false, change, extra);
   std::lock_guard<std::mutex> lock(mutex);
   try {
-    stats_of(queue);
+    config_of(queue);
     check_dlq_exists(extra);
     if (!change.empty()) broker->configure(queue, change);
     merge_settings(queue, extra);

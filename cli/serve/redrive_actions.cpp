@@ -15,7 +15,7 @@ json Service::Impl::list_dead_letter_source_queues(const json& in, const Request
   std::lock_guard<std::mutex> lock(mutex);
   json urls = json::array();
   try {
-    stats_of(queue);
+    config_of(queue);
     json doc = settings();
     for (const auto& [source, entry] : doc.items())
       if (entry.value("dlq", "") == queue) urls.push_back(url(info, source));
@@ -40,8 +40,8 @@ json Service::Impl::start_message_move_task(const json& in, const RequestInfo& i
   std::lock_guard<std::mutex> lock(mutex);
   MoveTask task;
   try {
-    stats_of(dlq);
-    if (!destination.empty()) stats_of(destination);
+    config_of(dlq);
+    if (!destination.empty()) config_of(destination);
     std::vector<std::string> sources;
     json doc = settings();
     for (const auto& [source, entry] : doc.items())

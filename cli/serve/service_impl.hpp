@@ -86,6 +86,8 @@ struct Service::Impl {
   void merge_settings(const std::string& queue, const json& extra);
   json create_queue(const json& in, const RequestInfo& info);
   q::QueueStats stats_of(const std::string& queue);
+  // Its settings only: what a send or delete checks (one record read).
+  q::QueueConfig config_of(const std::string& queue);
   json get_queue_url(const json& in, const RequestInfo& info);
   json list_queues(const json& in, const RequestInfo& info);
   json get_queue_attributes(const json& in, const RequestInfo& info);

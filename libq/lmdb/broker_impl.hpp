@@ -109,6 +109,7 @@ class LmdbBroker final : public Broker {
   }
 
   std::vector<QueueStats> do_stats(const std::string& queue) override;
+  std::optional<QueueConfig> do_queue_config(const std::string& queue) override;
 
   std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) override;
 

@@ -43,6 +43,13 @@ std::vector<QueueStats> LmdbBroker::do_stats(const std::string& queue) {
   return out;
 }
 
+std::optional<QueueConfig> LmdbBroker::do_queue_config(const std::string& queue) {
+  Txn txn(*env_, Txn::Read);
+  auto rec = load(txn, queue);
+  if (!rec) return std::nullopt;
+  return rec->config;
+}
+
 QueueStats LmdbBroker::queue_stats(Txn& txn, const std::string& name, const QueueRecord& rec,
                                    Millis now) {
   auto prefix = store::key_q(rec.qid);

@@ -3,6 +3,7 @@
 
 #include "libq/backends.hpp"
 #include "libq/nats/broker.hpp"
+#include "libq/nats/client.hpp"
 #include "libq/nats/holders.hpp"
 
 namespace q {
@@ -31,6 +32,8 @@ void use_nats_backend() {
   };
   nats_backend::library_version = [] { return nats_GetVersion(); };
 }
+
+std::uint64_t nats_messages_sent() { return nats::messages_sent_by_closed_clients(); }
 
 int run_nats_holder_helper(const BrokerRequest& request, const std::string& token,
                            const Holder& holder, int watch_fd, int ready_fd) {

@@ -91,6 +91,7 @@ class NatsBroker final : public Broker {
   // ---- stats ------------------------------------------------------------------
 
   std::vector<QueueStats> do_stats(const std::string& queue) override;
+  std::optional<QueueConfig> do_queue_config(const std::string& queue) override;
 
   std::uint64_t do_purge(const std::string& queue) override;
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -368,7 +369,23 @@ std::string Client::permission_violation() const {
   return violations_->last;
 }
 
+namespace {
+std::atomic<std::uint64_t> closed_requests{0};
+}  // namespace
+
+std::uint64_t messages_sent_by_closed_clients() { return closed_requests.load(); }
+
 Client::~Client() {
+  if (nc_) {
+    // What this connection published (requests, publishes, acks): the
+    // bench's requests per operation (Q_NATS_COUNT_REQUESTS, cli/main_nats.cpp).
+    natsStatistics* stats = nullptr;
+    std::uint64_t out = 0;
+    if (natsStatistics_Create(&stats) == NATS_OK && natsConnection_GetStats(nc_, stats) == NATS_OK)
+      natsStatistics_GetCounts(stats, nullptr, nullptr, &out, nullptr, nullptr);
+    natsStatistics_Destroy(stats);
+    closed_requests += out;
+  }
   if (kv_) kvStore_Destroy(kv_);
   if (js_) jsCtx_Destroy(js_);
   if (nc_) natsConnection_Destroy(nc_);

@@ -143,12 +143,25 @@ class Client {
   static constexpr Millis kStaleClaim = 5 * kSecond;
   // Removes the record at `revision` (no tombstone); a newer record stays.
   void remove(std::uint64_t revision);
+  // The keys matching `filter` (NATS wildcards) by one stream info; nullopt
+  // past kKeysByInfo of them (each() then lists them by a watch).
+  std::optional<std::vector<std::string>> keys(const std::string& filter);
+  static constexpr std::size_t kKeysByInfo = 20000;
   // Every record whose key matches `filter` (NATS wildcards), with its key.
   void each(const std::string& filter,
             const std::function<void(const std::string& key, const Record&)>& each);
   // Removes every record whose key matches `filter`.
   void purge(const std::string& filter);
   const std::string& bucket_stream() const { return bucket_stream_; }
+  // The bucket stream's subject of `key`.
+  std::string bucket_subject(const std::string& key) const { return "$KV." + bucket_ + "." + key; }
+  // One expected-revision publish, retried and recognised when a retry finds
+  // it stored; exact only when `expected` is 0 or the writer holds the claim
+  // `cas.<expected>` (put_if, nats/pipeline.hpp).
+  std::optional<std::uint64_t> publish_if(const std::string& key, const std::string& value,
+                                          std::uint64_t expected);
+  // The value of a new claim record: this process, its host and a token.
+  std::string new_claim_value() const;
 
   // Receives every asynchronous publish's outcome (js_PublishMsgAsync); the
   // message is the caller's to destroy.
@@ -171,11 +184,12 @@ class Client {
   kvStore* kv_ = nullptr;
   std::string bucket_;
   std::string bucket_stream_;  // KV_<bucket>
-  std::string subject(const std::string& key) const { return "$KV." + bucket_ + "." + key; }
-  // One expected-revision publish, exact only when `expected` is 0 (put_if).
-  std::optional<std::uint64_t> publish_if(const std::string& key, const std::string& value,
-                                          std::uint64_t expected);
+  std::string subject(const std::string& key) const { return bucket_subject(key); }
 };
+
+// Messages the connections of every Client destroyed so far published: the
+// requests of a command, for the bench.
+std::uint64_t messages_sent_by_closed_clients();
 
 // A random token of 32 hex digits (write ids, send ids).
 std::string random_token();

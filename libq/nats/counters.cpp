@@ -1,4 +1,5 @@
 #include "libq/nats/counters.hpp"
+#include "libq/nats/pipeline.hpp"
 
 #include <map>
 
@@ -16,34 +17,6 @@ constexpr std::uint64_t kRollUpAfter = 1000;
 // How long a repeated event id is recognised (the stream's dedup window):
 // retries and redos come within seconds; this is the margin.
 constexpr Millis kEventWindow = 20 * kMinute;
-
-std::string base64_decode(const std::string& in) {
-  std::string out;
-  unsigned buf = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z')
-      v = c - 'A';
-    else if (c >= 'a' && c <= 'z')
-      v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9')
-      v = c - '0' + 52;
-    else if (c == '+')
-      v = 62;
-    else if (c == '/')
-      v = 63;
-    else
-      continue;  // padding
-    buf = (buf << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((buf >> bits) & 0xff));
-    }
-  }
-  return out;
-}
 
 const char* const kAll[] = {counter::kReceived,     counter::kAcked,    counter::kNacked,
                             counter::kDeadLettered, counter::kRedriven, counter::kDeduplicated,
@@ -110,6 +83,32 @@ void Counters::count(const std::string& queue, const char* counter, const std::s
     return;
   }
   if (seq % kRollUpAfter == 0) roll_up(queue, counter);
+}
+
+void Counters::count_together(const std::string& queue, const std::vector<Event>& events) {
+  if (events.size() == 1) return count(queue, events[0].counter, events[0].id);
+  std::vector<Request> requests;
+  for (const auto& e : events)
+    requests.push_back({subject(queue, e.counter), std::string(), {{"Nats-Msg-Id", e.id}}});
+  std::vector<MsgPtr> answers;
+  try {
+    answers = request_together(client_, requests);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Busy) throw;
+    return;  // decided already: only the counts are lost (count())
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    ApiAnswer a = api_answer(answers[i].get());
+    auto seq = a.body.find("seq");
+    if (!a.clean || a.code != 0 || seq == a.body.end() || !seq->is_number_unsigned()) {
+      // No stream yet, no answer, an error: count() retries and names it.
+      count(queue, events[i].counter, events[i].id);
+      continue;
+    }
+    // A repeated id is answered with the first one's sequence: rolled up then.
+    if (a.body.value("duplicate", false)) continue;
+    if (seq->get<std::uint64_t>() % kRollUpAfter == 0) roll_up(queue, events[i].counter);
+  }
 }
 
 Counters::Base Counters::first_of(const std::string& subj) {

@@ -56,6 +56,12 @@ class Counters {
   // The decision is made before: a cluster that does not answer loses this
   // count rather than failing the operation (the rules of the lease records).
   void count(const std::string& queue, const char* counter, const std::string& id);
+  // count() of several events together (nats/pipeline.hpp): one round trip.
+  struct Event {
+    const char* counter;
+    std::string id;
+  };
+  void count_together(const std::string& queue, const std::vector<Event>& events);
   // The queue's counters; `last_seq` is its stream's last sequence (sent).
   QueueCounters read(const std::string& queue, std::uint64_t last_seq);
   // Creates the namespace's counters stream (or leaves the one there).

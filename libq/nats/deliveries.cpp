@@ -1,6 +1,7 @@
 // NatsBroker: send, receive, ack, extend and nack on the lease records, and
 // what q work needs (the next delivery, done keys, workers, holders, stages).
 #include "libq/nats/broker_impl.hpp"
+#include "libq/nats/pipeline.hpp"
 
 namespace q::nats {
 
@@ -111,6 +112,20 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
       std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<Millis>(until, 1, left())));
     }
   }
+  // The takes' counts go together when the receive ends (after every
+  // decision they count; an end by an error publishes them too).
+  std::vector<nats::Counters::Event> counts;
+  leases_.defer_counts(&counts);
+  struct CountAtEnd {
+    nats::LeaseBook& leases;
+    const std::string& queue;
+    ~CountAtEnd() {
+      try {
+        leases.count_deferred(queue);
+      } catch (...) {  // decided already: only the counts are lost (Counters::count)
+      }
+    }
+  } count_at_end{leases_, queue};
   for (;;) {
     // Dead holders' messages are released before the pull finds them;
     // while live ones hold messages, a long poll looks again every
@@ -130,10 +145,33 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
       }
     }
     std::size_t passed = 0;
+    // The batch's lease records, read together.
+    std::vector<std::string> keys;
     for (auto& msg : batch) {
+      jsMsgMetaData* meta = nullptr;
+      std::uint64_t seq = 0;
+      if (natsMsg_GetMetaData(&meta, msg.get()) == NATS_OK) seq = meta->Sequence.Stream;
+      jsMsgMetaData_Destroy(meta);
+      keys.push_back(nats::Names::lease_key(queue, seq));
+    }
+    std::vector<std::optional<nats::Record>> leases;
+    std::vector<std::optional<Message>> first;
+    std::vector<bool> taken(batch.size(), false);
+    if (batch.size() > 1) {
+      leases = nats::get_together(client_, keys);
+      std::vector<natsMsg*> msgs;
+      for (auto& msg : batch) msgs.push_back(msg.get());
+      first = leases_.take_first_deliveries(queue, msgs, leases, vt, ack_wait, taken);
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto& msg = batch[i];
       std::optional<Message> m;
       try {
-        m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives);
+        if (taken[i])
+          m = std::move(first[i]);
+        else
+          m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives,
+                           leases.empty() ? nullptr : &leases[i]);
       } catch (const Error& e) {
         // One message that cannot be taken or moved (its dead-letter copy
         // refused) must not fail the receive of the others: it waits a
@@ -166,39 +204,97 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
 std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
                                               const std::vector<std::string>& receipts) {
   must_load(queue);
+  const std::string stream = names_.stream(queue);
   std::vector<ReceiptResult> results;
   std::map<std::string, std::size_t> first;
+  auto settle = [&](std::size_t at, const Error& e) {
+    if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw e;
+    results[at].outcome =
+        e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
+    results[at].detail = e.what();
+  };
+  // Each step for every receipt together (nats/pipeline.hpp), in the order
+  // one ack takes them: read the lease, CAS it to acked, count, +ACK, and
+  // remove the lease once the message is gone.
+  struct Acking {
+    std::size_t at;  // in results
+    std::uint64_t seq;
+    nats::LeaseBook::Current current;
+    std::uint64_t revision = 0;  // of the acked lease
+  };
+  std::vector<Acking> acking;
+  std::vector<std::string> keys;
+  std::vector<std::size_t> parsed;
   for (const auto& receipt : receipts) {
-    if (auto seen = first.find(receipt); seen != first.end()) {
-      results.push_back(results[seen->second]);
-      continue;
-    }
-    first.emplace(receipt, results.size());
-    ReceiptResult result{receipt, ReceiptOutcome::Done, {}};
+    results.push_back({receipt, ReceiptOutcome::Done, {}});
+    if (auto seen = first.find(receipt); seen != first.end()) continue;
+    first.emplace(receipt, results.size() - 1);
     try {
-      auto [seq, lease, revision] = leases_.current(queue, receipt);
-      Lease acked = lease;
-      acked.state = Lease::Acked;
-      auto rev = leases_.change(queue, receipt, seq, acked, revision);
-      // Counted before JetStream hears of it: a receive that finishes this
-      // ack (we died first) counts it with the same id, once.
-      counters_.count(queue, nats::counter::kAcked,
-                      nats::event_id("ak", names_.stream(queue), seq, lease.nonce));
-      // Decided: the lease says acked, so no receive hands the message out
-      // again (one that gets it finishes this ack). Now tell JetStream; if
-      // the cluster does not answer, the ack stands all the same.
-      leases_.finish_ack(names_.stream(queue), seq, lease.reply, rev);
-      // FIFO: the group's next message, passed over while this one was its
-      // head, goes back to JetStream now (nats/groups.hpp).
-      if (!lease.group.empty()) groups_.wake(queue, lease.group, clock_->now());
+      keys.push_back(nats::Names::lease_key(queue, nats::LeaseBook::receipt_seq(receipt)));
+      parsed.push_back(results.size() - 1);
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
-      result.outcome =
-          e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
-      result.detail = e.what();
+      settle(results.size() - 1, e);
     }
-    results.push_back(std::move(result));
   }
+  auto leases = keys.size() > 1 ? nats::get_together(client_, keys)
+                                : std::vector<std::optional<nats::Record>>();
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    const std::string& receipt = results[parsed[i]].receipt;
+    try {
+      auto current = leases.empty() ? leases_.current(queue, receipt)
+                                    : leases_.current(receipt, std::move(leases[i]), queue);
+      acking.push_back({parsed[i], current.seq, std::move(current)});
+    } catch (const Error& e) {
+      settle(parsed[i], e);
+    }
+  }
+  // Decided: the lease says acked, so no receive hands the message out
+  // again (one that gets it finishes this ack).
+  std::vector<nats::Write> writes;
+  for (const auto& a : acking) {
+    nats::Lease acked = a.current.lease;
+    acked.state = nats::Lease::Acked;
+    writes.push_back({nats::Names::lease_key(queue, a.seq), acked.encode(), a.current.revision});
+  }
+  auto written = writes.size() > 1
+                     ? nats::put_if_together(client_, writes, nats::Client::OnClaim::Wait)
+                     : std::vector<std::optional<std::uint64_t>>(writes.size());
+  std::vector<Acking> decided;
+  for (std::size_t i = 0; i < acking.size(); ++i) {
+    auto& a = acking[i];
+    try {
+      if (written[i]) {
+        a.revision = *written[i];
+      } else {
+        // Another write came first (or one receipt alone): read again.
+        nats::Lease acked = a.current.lease;
+        acked.state = nats::Lease::Acked;
+        a.revision = leases_.change(queue, results[a.at].receipt, a.seq, acked, a.current.revision);
+      }
+      decided.push_back(std::move(a));
+    } catch (const Error& e) {
+      settle(a.at, e);
+    }
+  }
+  // Counted before JetStream hears of it: a receive that finishes this ack
+  // (we died first) counts it with the same id, once.
+  std::vector<nats::Counters::Event> events;
+  for (const auto& a : decided)
+    events.push_back(
+        {nats::counter::kAcked, nats::event_id("ak", stream, a.seq, a.current.lease.nonce)});
+  if (!events.empty()) counters_.count_together(queue, events);
+  // Now tell JetStream; if the cluster does not answer, the acks stand all the same.
+  std::vector<nats::LeaseBook::Finish> finishing;
+  for (const auto& a : decided) finishing.push_back({a.seq, a.current.lease.reply, a.revision});
+  if (!finishing.empty()) leases_.finish_acks(stream, finishing);
+  // FIFO: the group's next message, passed over while this one was its
+  // head, goes back to JetStream now (nats/groups.hpp).
+  for (const auto& a : decided)
+    if (!a.current.lease.group.empty()) groups_.wake(queue, a.current.lease.group, clock_->now());
+  // A receipt given twice has its first one's answer.
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (auto f = first.find(results[i].receipt); f != first.end() && f->second != i)
+      results[i] = results[f->second];
   return results;
 }
 

@@ -1,4 +1,5 @@
 #include "libq/nats/groups.hpp"
+#include "libq/nats/pipeline.hpp"
 
 #include <algorithm>
 #include <string_view>
@@ -11,33 +12,6 @@
 namespace q::nats {
 namespace {
 using json = nlohmann::json;
-
-// Standard base64 (the `hdrs` of a STREAM.MSG.GET answer); stops at '=' or
-// anything that is not in the alphabet.
-std::string base64_decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned bits = 0;
-  int have = 0;
-  for (char c : in) {
-    int v = value(c);
-    if (v < 0) break;
-    bits = (bits << 6) | static_cast<unsigned>(v);
-    have += 6;
-    if (have >= 8) {
-      have -= 8;
-      out.push_back(static_cast<char>((bits >> have) & 0xff));
-    }
-  }
-  return out;
-}
 
 // The value of header `key` in a NATS header block ("NATS/1.0\r\nKey: value\r\n...").
 std::string header_value(const std::string& block, std::string_view key) {

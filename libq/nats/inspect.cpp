@@ -253,6 +253,12 @@ std::vector<std::string> NatsBroker::do_verify() {
   return nats::verify_namespace(client_, names_, dead_);
 }
 
+std::optional<QueueConfig> NatsBroker::do_queue_config(const std::string& queue) {
+  auto have = load(queue);
+  if (!have) return std::nullopt;
+  return have->config;
+}
+
 QueueStats NatsBroker::stats_of(const std::string& queue, const StoredQueue& have, Millis* next) {
   QueueStats st;
   st.name = queue;

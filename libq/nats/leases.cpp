@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "libq/nats/delay.hpp"
+#include "libq/nats/pipeline.hpp"
+#include "libq/nats/history.hpp"
 #include "libq/nats/stage.hpp"
 #include "libq/ids.hpp"
 
@@ -20,8 +22,23 @@ LeaseBook::LeaseBook(Client& client, const Clock& clock, DeadLetters& dead)
   random_.seed((static_cast<std::uint64_t>(rd()) << 32) | rd());
 }
 
+void LeaseBook::count(const std::string& queue, const char* counter, std::string id) {
+  if (deferred_)
+    deferred_->push_back({counter, std::move(id)});
+  else
+    counters_->count(queue, counter, id);
+}
+
+void LeaseBook::count_deferred(const std::string& queue) {
+  if (!deferred_) return;
+  std::vector<Counters::Event> events = std::move(*deferred_);
+  deferred_ = nullptr;
+  if (!events.empty() && counters_) counters_->count_together(queue, events);
+}
+
 std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, Millis vt,
-                                       Millis ack_wait, std::uint32_t max_receives) {
+                                       Millis ack_wait, std::uint32_t max_receives,
+                                       const std::optional<Record>* read) {
   jsMsgMetaData* meta_raw = nullptr;
   if (natsMsg_GetMetaData(&meta_raw, msg) != NATS_OK) return std::nullopt;
   nats::MetaPtr meta(meta_raw);
@@ -39,7 +56,9 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
   };
   for (int attempt = 0; attempt < 3; ++attempt) {
     Millis now = clock_.now();
-    auto cur = client_.get(key);
+    // The record read with the others of the batch first (a stale read only
+    // makes the CAS below fail and read again).
+    auto cur = attempt == 0 && read ? *read : client_.get(key);
     Lease prev;
     if (cur) prev = Lease::decode(cur->value);
     if (!cur) {
@@ -54,8 +73,7 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
       // Its count too, with the acker's event id (counted once if it had).
-      if (counters_)
-        counters_->count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
+      if (counters_) count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
       finish_ack(meta->Stream, seq, reply, cur->revision);
       wake();
       return std::nullopt;
@@ -98,21 +116,8 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       wake();
       return std::nullopt;
     }
-    Lease l;
-    l.state = Lease::Leased;
-    do l.nonce = random_();
-    while (l.nonce == 0);
-    l.until = now + vt;
-    l.received_at = now;
-    l.first_received_at = cur && prev.receives > 0 ? prev.first_received_at : now;
-    l.receives = (cur ? prev.receives : 0) + 1;
-    l.reply = reply;
-    l.reason = prev.reason;
-    if (fifo) l.group = Groups::group_of(subject);
-    l.pid = pid_;
-    l.worker_since = worker_since_;
-    l.holder = holder_;
-    l.history = std::move(history);
+    Lease l = new_lease(cur ? &prev : nullptr, now, vt, reply,
+                        fifo ? Groups::group_of(subject) : std::string(), std::move(history));
     // A claim on the lease (an ack, nack or extend under way) is passed
     // over, not waited for: the receive has other messages to take.
     auto rev = client_.put_if(key, l.encode(), cur ? cur->revision : 0, Client::OnClaim::Pass);
@@ -128,28 +133,137 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
       groups_->pass(queue, subject, seq, reply, now, ack_wait);
       return std::nullopt;
     }
-    if (counters_)
-      counters_->count(queue, counter::kReceived, event_id("rc", meta->Stream, seq, l.nonce));
-    if (vt != ack_wait) client_.request(reply, nak_body(vt));
-    Message m = message_of(msg, seq);
-    if (!group.empty()) m.group = json::parse(group);
-    m.receipt = q::receipt(seq, l.nonce);
-    m.receive_count = l.receives;
-    m.state = MessageState::InFlight;
-    m.visible_at = l.until;
-    m.first_received_at = l.first_received_at;
-    m.last_received_at = l.received_at;
-    m.reason = l.reason;
-    m.attempts.clear();
-    return m;
+    return handed_out(queue, msg, meta->Stream, seq, l, vt, ack_wait, group);
   }
   return std::nullopt;  // others kept changing the lease: leave the message to them
+}
+
+Lease LeaseBook::new_lease(const Lease* prev, Millis now, Millis vt, const std::string& reply,
+                           std::string group, std::vector<Attempt> history) {
+  Lease l;
+  l.state = Lease::Leased;
+  do l.nonce = random_();
+  while (l.nonce == 0);
+  l.until = now + vt;
+  l.received_at = now;
+  l.first_received_at = prev && prev->receives > 0 ? prev->first_received_at : now;
+  l.receives = (prev ? prev->receives : 0) + 1;
+  l.reply = reply;
+  if (prev) l.reason = prev->reason;
+  l.group = std::move(group);
+  l.pid = pid_;
+  l.worker_since = worker_since_;
+  l.holder = holder_;
+  l.history = std::move(history);
+  return l;
+}
+
+Message LeaseBook::handed_out(const std::string& queue, natsMsg* msg, const std::string& stream,
+                              std::uint64_t seq, const Lease& l, Millis vt, Millis ack_wait,
+                              const std::string& group) {
+  if (counters_) count(queue, counter::kReceived, event_id("rc", stream, seq, l.nonce));
+  if (vt != ack_wait) client_.request(l.reply, nak_body(vt));
+  Message m = message_of(msg, seq);
+  if (!group.empty()) m.group = json::parse(group);
+  m.receipt = q::receipt(seq, l.nonce);
+  m.receive_count = l.receives;
+  m.state = MessageState::InFlight;
+  m.visible_at = l.until;
+  m.first_received_at = l.first_received_at;
+  m.last_received_at = l.received_at;
+  m.reason = l.reason;
+  m.attempts.clear();
+  return m;
+}
+
+std::vector<std::optional<Message>> LeaseBook::take_first_deliveries(
+    const std::string& queue, const std::vector<natsMsg*>& msgs,
+    const std::vector<std::optional<Record>>& leases, Millis vt, Millis ack_wait,
+    std::vector<bool>& taken) {
+  std::vector<std::optional<Message>> out(msgs.size());
+  taken.assign(msgs.size(), false);
+  struct Planned {
+    std::size_t i;
+    std::uint64_t seq;
+    std::string stream;
+    Lease lease;
+  };
+  std::vector<Planned> planned;
+  std::vector<Write> writes;
+  Millis now = clock_.now();
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    natsMsg* msg = msgs[i];
+    // Only the plain case: no lease yet, never delivered before, not
+    // delayed, no group. take() decides every other.
+    if (leases[i] || !header(msg, "Q-Group").empty() || header_visible_at(msg) > now) continue;
+    jsMsgMetaData* meta_raw = nullptr;
+    if (natsMsg_GetMetaData(&meta_raw, msg) != NATS_OK) continue;
+    MetaPtr meta(meta_raw);
+    if (meta->NumDelivered != 1) continue;
+    const char* reply = natsMsg_GetReply(msg);
+    if (!reply) continue;
+    std::uint64_t seq = meta->Sequence.Stream;
+    Lease l =
+        new_lease(nullptr, now, vt, reply, {}, attempts_from_header(header(msg, "Q-History")));
+    writes.push_back({Names::lease_key(queue, seq), l.encode(), 0});
+    planned.push_back({i, seq, meta->Stream, std::move(l)});
+  }
+  if (planned.size() < 2) return out;
+  std::vector<std::optional<std::uint64_t>> written;
+  try {
+    written = put_if_together(client_, writes, Client::OnClaim::Pass);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Permission) throw;
+    return out;  // each one again by take(), which reports its own failure
+  }
+  for (std::size_t k = 0; k < planned.size(); ++k) {
+    if (!written[k]) continue;  // another receive came first: take() reads again
+    const auto& p = planned[k];
+    out[p.i] = handed_out(queue, msgs[p.i], p.stream, p.seq, p.lease, vt, ack_wait, {});
+    taken[p.i] = true;
+  }
+  return out;
 }
 
 bool LeaseBook::present(const std::string& stream, std::uint64_t seq) {
   MsgPtr msg = client_.stored_message(stream, seq, "reading message " + q::message_id(seq));
   if (!msg) return false;
   return true;
+}
+
+void LeaseBook::finish_acks(const std::string& stream, const std::vector<Finish>& acks) {
+  if (acks.size() == 1) return finish_ack(stream, acks[0].seq, acks[0].reply, acks[0].revision);
+  try {
+    std::vector<Request> requests;
+    for (const auto& a : acks) requests.push_back({a.reply, "+ACK", {}});
+    auto answers = request_together(client_, requests);
+    for (std::size_t i = 0; i < acks.size(); ++i)
+      if (!answers[i] || !header(answers[i].get(), "Status").empty())
+        client_.request(acks[i].reply, "+ACK");
+    // As finish_ack: each lease goes once its message is gone.
+    std::vector<Finish> waiting = acks;
+    for (int attempt = 0; attempt < 40 && !waiting.empty(); ++attempt) {
+      std::vector<std::uint64_t> seqs;
+      for (const auto& a : waiting) seqs.push_back(a.seq);
+      auto present = present_together(client_, stream, seqs);
+      std::vector<std::uint64_t> gone;
+      std::vector<Finish> still;
+      for (std::size_t i = 0; i < waiting.size(); ++i)
+        if (present[i])
+          still.push_back(waiting[i]);
+        else
+          gone.push_back(waiting[i].revision);
+      if (!gone.empty()) {
+        kill_point("ack-sent");
+        remove_together(client_, gone);
+      }
+      waiting = std::move(still);
+      if (!waiting.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 50)));
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Busy) throw;
+  }
 }
 
 void LeaseBook::finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
@@ -185,15 +299,25 @@ void LeaseBook::rearm(const std::string& reply, Millis delay) {
 
 // The lease a receipt names, when it is still that delivery's; else
 // Error(Stale) saying why, or Error(InvalidData) for a malformed receipt.
-LeaseBook::Current LeaseBook::current(const std::string& queue, const std::string& receipt) {
+std::uint64_t LeaseBook::receipt_seq(const std::string& receipt) {
   auto parsed = q::parse_receipt(receipt);
   if (!parsed)
     throw Error(ErrorKind::InvalidData,
                 fmt::format("receipt '{}': malformed (expected the receipt printed by 'q "
                             "receive', like m1f.0123456789abcdef)",
                             receipt));
+  return parsed->seq;
+}
+
+LeaseBook::Current LeaseBook::current(const std::string& queue, const std::string& receipt) {
+  return current(receipt, client_.get(Names::lease_key(queue, receipt_seq(receipt))), queue);
+}
+
+LeaseBook::Current LeaseBook::current(const std::string& receipt, std::optional<Record> cur,
+                                      const std::string& queue) {
+  receipt_seq(receipt);  // Error(InvalidData) when malformed
+  const auto parsed = q::parse_receipt(receipt);
   auto id = q::message_id(parsed->seq);
-  auto cur = client_.get(Names::lease_key(queue, parsed->seq));
   if (!cur)
     throw Error(ErrorKind::Stale,
                 fmt::format("receipt {}: stale: message {} is no longer in queue {} (acked, "
@@ -243,13 +367,13 @@ void LeaseBook::recount(const std::string& queue, const std::string& stream, std
                         const Lease& prev, Millis now) {
   if (prev.nonce == 0 || prev.receives == 0) return;  // delayed at its send: never received
   if (now - prev.received_at < kRecountWithin)
-    counters_->count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
+    count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
   if (prev.state == Lease::Released && !prev.history.empty() &&
       prev.history.back().end == AttemptEnd::Released &&
       prev.history.back().reason != kHolderDied &&  // not a nack (nats/holders.hpp)
       prev.history.back().receive == prev.receives &&
       now - prev.history.back().ended_at < kRecountWithin)
-    counters_->count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
+    count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
 }
 
 Attempt LeaseBook::ended(const Lease& lease, AttemptEnd end, const std::string& reason,

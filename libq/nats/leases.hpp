@@ -25,8 +25,21 @@ class LeaseBook {
   // Rule 1: a delivery of `queue` becomes a Message with a fresh receipt, or
   // nothing (still leased, acked, dead-lettered now (it had had
   // `max_receives`, 0: no limit), or others won the lease).
+  // `read`: the delivery's lease record as read before (get_together), or null.
   std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait,
-                              std::uint32_t max_receives);
+                              std::uint32_t max_receives,
+                              const std::optional<Record>* read = nullptr);
+  // The plain deliveries of a batch (no lease yet, first delivery, not
+  // delayed, no group) taken together: their leases written in one round
+  // (nats/pipeline.hpp). taken[i] says which; take() decides the others.
+  std::vector<std::optional<Message>> take_first_deliveries(
+      const std::string& queue, const std::vector<natsMsg*>& msgs,
+      const std::vector<std::optional<Record>>& leases, Millis vt, Millis ack_wait,
+      std::vector<bool>& taken);
+  // Until count_deferred, the counts of takes are kept (to be published
+  // together after the batch, each still after its decision) in `events`.
+  void defer_counts(std::vector<Counters::Event>* events) { deferred_ = events; }
+  void count_deferred(const std::string& queue);
   // Decides to dead-letter the delivery a receipt names (CAS to the dead
   // state) and moves it; Error(Stale) as current().
   void dead_letter(const std::string& queue, const std::string& stream, const std::string& receipt,
@@ -40,6 +53,11 @@ class LeaseBook {
   // The lease a receipt names when it is still that delivery's; else
   // Error(Stale) saying why, or Error(InvalidData) for a malformed receipt.
   Current current(const std::string& queue, const std::string& receipt);
+  // The same, from the lease record read before (get_together).
+  Current current(const std::string& receipt, std::optional<Record> record,
+                  const std::string& queue);
+  // The message sequence a receipt names; Error(InvalidData) when malformed.
+  static std::uint64_t receipt_seq(const std::string& receipt);
   // Writes `next` over the lease at `revision`; when another write came
   // first, reads again (Error(Stale) when the receipt went stale meanwhile).
   // Returns the new revision.
@@ -74,6 +92,13 @@ class LeaseBook {
   // no failure (the ack stands).
   void finish_ack(const std::string& stream, std::uint64_t seq, const std::string& reply,
                   std::uint64_t revision);
+  // finish_ack of several deliveries of `stream` together (nats/pipeline.hpp).
+  struct Finish {
+    std::uint64_t seq;
+    std::string reply;
+    std::uint64_t revision;
+  };
+  void finish_acks(const std::string& stream, const std::vector<Finish>& acks);
   // Uniform in [0, 1), for backoff jitter.
   double unit() { return static_cast<double>(random_() >> 11) * 0x1.0p-53; }
 
@@ -84,6 +109,13 @@ class LeaseBook {
   bool present(const std::string& stream, std::uint64_t seq);
   void recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
                const Lease& prev, Millis now);
+  void count(const std::string& queue, const char* counter, std::string id);
+  Lease new_lease(const Lease* prev, Millis now, Millis vt, const std::string& reply,
+                  std::string group, std::vector<Attempt> history);
+  Message handed_out(const std::string& queue, natsMsg* msg, const std::string& stream,
+                     std::uint64_t seq, const Lease& l, Millis vt, Millis ack_wait,
+                     const std::string& group);
+  std::vector<Counters::Event>* deferred_ = nullptr;
   std::mt19937_64 random_;
   Groups* groups_ = nullptr;
   Counters* counters_ = nullptr;

@@ -152,6 +152,49 @@ TEST_P(Conformance, AMissingQueueIsNotFound) {
   EXPECT_EQ(kind_of([&] { send(missing, "x"); }), ErrorKind::NotFound);
   EXPECT_EQ(kind_of([&] { receive(missing); }), ErrorKind::NotFound);
   EXPECT_EQ(kind_of([&] { broker_->stats(missing); }), ErrorKind::NotFound);
+  EXPECT_FALSE(broker_->queue_config(missing).has_value());
+}
+
+TEST_P(Conformance, QueueConfigIsTheSettingsStatsShows) {
+  q::ConfigChange change;
+  change.max_depth = 7;
+  change.visibility_timeout = 45 * q::kSecond;
+  auto queue = make("settings", change);
+  auto config = broker_->queue_config(queue);
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(config->max_depth, 7u);
+  EXPECT_EQ(config->visibility_timeout, 45 * q::kSecond);
+  EXPECT_EQ(config->max_depth, stats(queue).config.max_depth);
+}
+
+// A batch is taken and acked step by step for all its messages together
+// (nats/pipeline.hpp): each receipt still has its own outcome.
+TEST_P(Conformance, AnAckOfManyReceiptsSettlesEachOnItsOwn) {
+  auto queue = make("batch");
+  for (int i = 0; i < 4; ++i) send(queue, "m" + std::to_string(i));
+  auto got = receive(queue, 4);
+  ASSERT_EQ(got.size(), 4u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].body, "m" + std::to_string(i));
+  broker_->nack(queue, got[3].receipt, {});
+  auto again = receive(queue, 4);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id, got[3].id);
+  auto acked = broker_->ack(queue, {got[0].receipt, got[1].receipt, got[3].receipt, got[2].receipt,
+                                    got[2].receipt, "junk", again[0].receipt});
+  ASSERT_EQ(acked.size(), 7u);
+  std::vector<ReceiptOutcome> want{ReceiptOutcome::Done,  ReceiptOutcome::Done,
+                                   ReceiptOutcome::Stale, ReceiptOutcome::Done,
+                                   ReceiptOutcome::Done,  ReceiptOutcome::Malformed,
+                                   ReceiptOutcome::Done};
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(acked[i].outcome, want[i]) << "receipt " << i << ": " << acked[i].receipt;
+  auto st = stats(queue);
+  EXPECT_EQ(st.visible + st.in_flight + st.delayed, 0u);
+  EXPECT_EQ(st.counters.received, 5u);
+  EXPECT_EQ(st.counters.acked, 4u);
+  EXPECT_EQ(broker_->ack(queue, {got[0].receipt, got[1].receipt}).at(1).outcome,
+            ReceiptOutcome::Stale);
+  EXPECT_TRUE(receive(queue, 4).empty());
 }
 
 TEST_P(Conformance, AFullQueueRefusesTheWholeSend) {
