@@ -66,11 +66,18 @@ static void setup(jsCtx *js, const char *stream, const char *subject, int replic
   jsConsumerInfo_Destroy(ci);
 }
 
-/* Fetches up to `batch` and acks each; returns how many came. */
+/* Fetches up to `batch` and acks each; returns how many came. wait_ms 0:
+ * what is there, without waiting for more (as a q receive without --wait). */
 static int take(natsSubscription *sub, int batch, int async, int wait_ms) {
   natsMsgList list = {0};
   jsErrCode code = 0;
-  natsStatus s = natsSubscription_Fetch(&list, sub, batch, wait_ms, &code);
+  jsFetchRequest req;
+  jsFetchRequest_Init(&req);
+  req.Batch = batch;
+  req.NoWait = wait_ms == 0;
+  req.Expires = (wait_ms == 0 ? 5000LL : (int64_t)wait_ms) * 1000000LL;
+  natsStatus s = wait_ms == 0 ? natsSubscription_FetchRequest(&list, sub, &req)
+                              : natsSubscription_Fetch(&list, sub, batch, wait_ms, &code);
   if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) return 0;
   if (s != NATS_OK) die("fetching", s, code);
   for (int i = 0; i < list.Count; i++) {
@@ -93,8 +100,13 @@ int main(int argc, char **argv) {
   natsOptions *opts = NULL;
   natsConnection *nc = NULL;
   jsCtx *js = NULL;
+  const char *servers[16];
+  int count = 0;
+  char *urls = strdup(url);
+  for (char *tok = strtok(urls, ","); tok && count < 16; tok = strtok(NULL, ","))
+    servers[count++] = tok;
   natsStatus s = natsOptions_Create(&opts);
-  if (s == NATS_OK) s = natsOptions_SetURL(opts, url);
+  if (s == NATS_OK) s = natsOptions_SetServers(opts, servers, count);
   if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
   if (s == NATS_OK) s = natsConnection_JetStream(&js, nc, NULL);
   if (s != NATS_OK) die("connecting", s, 0);
@@ -133,7 +145,7 @@ int main(int argc, char **argv) {
     s = js_PullSubscribe(&sub, js, subject, "f", NULL, NULL, &code);
     if (s != NATS_OK) die("binding to the consumer", s, code);
     if (mode[0] == 't') {
-      rc = take(sub, batch, 0, 1000) > 0 ? 0 : 1;
+      rc = take(sub, batch, 0, 0) > 0 ? 0 : 1;
     } else {
       long total = 0;
       double t0 = now_s();
@@ -150,5 +162,6 @@ int main(int argc, char **argv) {
   jsCtx_Destroy(js);
   natsConnection_Destroy(nc);
   natsOptions_Destroy(opts);
+  free(urls);
   return rc;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """q on NATS beside the JetStream floor and beside q on a file, in one run.
 
-    bench/nats_speed.py [--q PATH] [--rounds N] [--messages N] [--quick]
+    bench/nats_speed.py [--q PATH] [--before PATH] [--rounds N] [--messages N] [--quick]
 
 Starts a 3-node loopback cluster (scripts/nats-cluster), builds the floor
 (bench/nats_floor.c: the same work done with nats.c alone, on a stream shaped
@@ -19,7 +19,9 @@ each row the median of the rounds:
 and, for one command of each kind, the messages it sent the cluster
 (Q_NATS_COUNT_REQUESTS, cli/main_nats.cpp) and the servers' CPU per message
 of the drains. The load average is printed before and after: the machine is
-shared, so only ratios from one run mean anything. Not part of the test suite.
+shared, so only ratios from one run mean anything. --before PATH adds another
+q binary (an older commit's build, q-nats beside it) on the same cluster, in the
+same alternation. Not part of the test suite.
 """
 import argparse
 import os
@@ -51,6 +53,7 @@ def server_ticks(pids):
 class Bench:
     def __init__(self, args, work):
         self.q = args.q
+        self.before = args.before
         self.work = work
         self.rounds = args.rounds
         self.n = args.messages
@@ -76,6 +79,12 @@ class Bench:
         env.pop("Q_NATS_COUNT_REQUESTS", None)
         return env
 
+    def qbin(self, contender):
+        return self.before if contender == "before" else self.q
+
+    def location(self, contender):
+        return self.file() if contender == "file" else self.nats()
+
     def nats(self):
         return self.urls + "/bench"
 
@@ -91,10 +100,9 @@ class Bench:
             env = None
         else:
             queue = self.fresh("s")
-            loc = self.nats() if contender == "nats" else self.file()
-            env = self.q_env(loc)
+            env = self.q_env(self.location(contender))
             run([self.q, "create", queue], env=env)
-            cmd = [self.q, "send", queue, "send a welcome email to sign-up 4182"]
+            cmd = [self.qbin(contender), "send", queue, "send a welcome email to sign-up 4182"]
         times = []
         for _ in range(count):
             t0 = time.perf_counter()
@@ -112,10 +120,10 @@ class Bench:
             run([self.floor, self.server_url, "bulk", stream, str(count)])
         else:
             queue = self.fresh("b")
-            env = self.q_env(self.nats() if contender == "nats" else self.file())
+            env = self.q_env(self.location(contender))
             run([self.q, "create", queue], env=env)
             t0 = time.perf_counter()
-            run([self.q, "send", queue, "--lines"], env=env, input=lines)
+            run([self.qbin(contender), "send", queue, "--lines"], env=env, input=lines)
         return count / (time.perf_counter() - t0)
 
     # ---- drains ---------------------------------------------------------
@@ -127,7 +135,7 @@ class Bench:
             run([self.floor, self.server_url, "bulk", stream, str(count)])
             return stream, None
         queue = self.fresh("d")
-        env = self.q_env(self.nats() if contender.startswith("nats") else self.file())
+        env = self.q_env(self.location(contender))
         run([self.q, "create", queue], env=env)
         run([self.q, "send", queue, "--lines"], env=env,
             input="".join(f"message {i}\n" for i in range(count)))
@@ -136,9 +144,10 @@ class Bench:
     def loop_script(self, contender, name):
         if contender == "floor":
             return f'while "{self.floor}" "{self.server_url}" take {name} 10; do :; done'
-        return (f'while out=$("{self.q}" receive {name} -n 10 --json '
+        q = self.qbin(contender)
+        return (f'while out=$("{q}" receive {name} -n 10 --json '
                 f'--visibility-timeout 1m); do jq -r .receipt <<<"$out" | '
-                f'"{self.q}" ack {name} >/dev/null; done')
+                f'"{q}" ack {name} >/dev/null; done')
 
     def process_drain(self, contender, count, consumers=1):
         name, env = self.filled(contender, count)
@@ -161,7 +170,8 @@ class Bench:
             out = run([self.floor, self.server_url, "drain", name, "10"]).stdout
             rate = float(re.search(r"([0-9.]+)/s", out).group(1))
         else:
-            run([self.q, "work", name, "-j", "8", "--exit-when-empty", "--", "true"], env=env)
+            run([self.qbin(contender), "work", name, "-j", "8", "--exit-when-empty", "--", "true"],
+                env=env)
             rate = count / (time.perf_counter() - t0)
         self.check_drained(contender, name, env)
         return rate, (server_ticks(self.pids) - cpu0) / count * 1000
@@ -201,6 +211,7 @@ class Bench:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--q", default=os.path.join(ROOT, "build", "q"))
+    ap.add_argument("--before", help="another q binary to run beside (an older build)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--messages", type=int, default=2000)
     ap.add_argument("--quick", action="store_true", help="1 round, 500 messages")
@@ -222,16 +233,17 @@ def main():
         def add(label, contender, value):
             rows.setdefault(label, {}).setdefault(contender, []).append(value)
 
+        q_nats = ("nats", "before") if args.before else ("nats",)
         for r in range(args.rounds):
-            for c in ("nats", "floor", "file"):
+            for c in q_nats + ("floor", "file"):
                 add("one-shot send (ms per process)", c, b.one_shot(c, 30))
-            for c in ("nats", "floor", "file"):
+            for c in q_nats + ("floor", "file"):
                 add("bulk send (messages/s)", c, b.bulk(c, 10 * n))
-            for c in ("nats", "floor"):
+            for c in q_nats + ("floor",):
                 rate, cpu = b.process_drain(c, n // 2)
                 add("process drain, 10 a batch (messages/s)", c, rate)
                 add("servers' CPU per message, process drain (ms)", c, cpu)
-            for c in ("nats", "floor", "file"):
+            for c in q_nats + ("floor", "file"):
                 rate, cpu = b.runner_drain(c, n)
                 add("runner drain: q work -j 8 / floor Fetch(10)+AckSync (messages/s)", c, rate)
                 if c != "file":
@@ -243,15 +255,20 @@ def main():
         load1 = os.getloadavg()[0]
         print(f"load average {load0:.2f} before, {load1:.2f} after; {args.rounds} rounds, "
               f"{n} messages a drain\n")
-        print("| work | q on NATS | JetStream floor | q on a file | q/floor | NATS/file |")
-        print("|---|---|---|---|---|---|")
+        cols = [("nats", "q on NATS")] + ([("before", "q before")] if args.before else []) + [
+            ("floor", "JetStream floor"), ("file", "q on a file")]
+        ratios = [("floor", "q/floor"), ("file", "NATS/file")] + (
+            [("before", "q/before")] if args.before else [])
+        print("| work | " + " | ".join(t for _, t in cols) + " | " +
+              " | ".join(t for _, t in ratios) + " |")
+        print("|---" * (1 + len(cols) + len(ratios)) + "|")
         for label, by in rows.items():
             med = {c: statistics.median(v) for c, v in by.items()}
             fmt = (lambda v: f"{v:.2f}") if "ms" in label else (lambda v: f"{v:,.0f}")
-            cells = [fmt(med[c]) if c in med else "" for c in ("nats", "floor", "file")]
-            ratio_floor = f"{med['nats'] / med['floor']:.2f}x" if "floor" in med else ""
-            ratio_file = f"{med['nats'] / med['file']:.2f}x" if "file" in med else ""
-            print(f"| {label} | " + " | ".join(cells) + f" | {ratio_floor} | {ratio_file} |")
+            cells = [fmt(med[c]) if c in med else "" for c, _ in cols]
+            cells += [f"{med['nats'] / med[c]:.2f}x" if c in med and med[c] else ""
+                      for c, _ in ratios]
+            print(f"| {label} | " + " | ".join(cells) + " |")
         print("\nmessages sent to the cluster, per command (q on NATS):")
         for label, c in counts.items():
             print(f"  {label}: {c}")

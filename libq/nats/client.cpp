@@ -316,7 +316,7 @@ Client::Client(const Location& location, const NatsCredentials& credentials, Mil
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = std::min<Millis>(timeout_, 2000);
-  jo.PublishAsync.MaxPending = 256;
+  jo.PublishAsync.MaxPending = 4096;
   jo.PublishAsync.AckHandler = [](jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
                                   void* closure) {
     auto* self = static_cast<Client*>(closure);

@@ -145,23 +145,35 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
       }
     }
     std::size_t passed = 0;
-    // The batch's lease records, read together.
-    std::vector<std::string> keys;
-    for (auto& msg : batch) {
-      jsMsgMetaData* meta = nullptr;
-      std::uint64_t seq = 0;
-      if (natsMsg_GetMetaData(&meta, msg.get()) == NATS_OK) seq = meta->Sequence.Stream;
-      jsMsgMetaData_Destroy(meta);
-      keys.push_back(nats::Names::lease_key(queue, seq));
-    }
-    std::vector<std::optional<nats::Record>> leases;
+    // A batch's first deliveries are taken together by CAS on "no lease
+    // yet" (exact, nothing to read first); the others' lease records are
+    // read together, then each is taken by take().
+    std::vector<std::optional<nats::Record>> leases(batch.size());
+    std::vector<bool> read(batch.size(), false);
     std::vector<std::optional<Message>> first;
     std::vector<bool> taken(batch.size(), false);
     if (batch.size() > 1) {
-      leases = nats::get_together(client_, keys);
       std::vector<natsMsg*> msgs;
       for (auto& msg : batch) msgs.push_back(msg.get());
-      first = leases_.take_first_deliveries(queue, msgs, leases, vt, ack_wait, taken);
+      first = leases_.take_first_deliveries(queue, msgs, vt, ack_wait, taken);
+      std::vector<std::string> keys;
+      std::vector<std::size_t> of;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (taken[i]) continue;
+        jsMsgMetaData* meta = nullptr;
+        if (natsMsg_GetMetaData(&meta, batch[i].get()) == NATS_OK) {
+          keys.push_back(nats::Names::lease_key(queue, meta->Sequence.Stream));
+          of.push_back(i);
+        }
+        jsMsgMetaData_Destroy(meta);
+      }
+      if (keys.size() > 1) {
+        auto records = nats::get_together(client_, keys);
+        for (std::size_t k = 0; k < of.size(); ++k) {
+          leases[of[k]] = std::move(records[k]);
+          read[of[k]] = true;
+        }
+      }
     }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& msg = batch[i];
@@ -171,7 +183,7 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
           m = std::move(first[i]);
         else
           m = leases_.take(queue, msg.get(), vt, ack_wait, have.config.max_receives,
-                           leases.empty() ? nullptr : &leases[i]);
+                           read[i] ? &leases[i] : nullptr);
       } catch (const Error& e) {
         // One message that cannot be taken or moved (its dead-letter copy
         // refused) must not fail the receive of the others: it waits a

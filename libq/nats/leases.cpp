@@ -177,8 +177,7 @@ Message LeaseBook::handed_out(const std::string& queue, natsMsg* msg, const std:
 }
 
 std::vector<std::optional<Message>> LeaseBook::take_first_deliveries(
-    const std::string& queue, const std::vector<natsMsg*>& msgs,
-    const std::vector<std::optional<Record>>& leases, Millis vt, Millis ack_wait,
+    const std::string& queue, const std::vector<natsMsg*>& msgs, Millis vt, Millis ack_wait,
     std::vector<bool>& taken) {
   std::vector<std::optional<Message>> out(msgs.size());
   taken.assign(msgs.size(), false);
@@ -193,9 +192,9 @@ std::vector<std::optional<Message>> LeaseBook::take_first_deliveries(
   Millis now = clock_.now();
   for (std::size_t i = 0; i < msgs.size(); ++i) {
     natsMsg* msg = msgs[i];
-    // Only the plain case: no lease yet, never delivered before, not
-    // delayed, no group. take() decides every other.
-    if (leases[i] || !header(msg, "Q-Group").empty() || header_visible_at(msg) > now) continue;
+    // Only the plain case: never delivered before, not delayed, no group,
+    // and (the CAS below decides) no lease yet. take() decides every other.
+    if (!header(msg, "Q-Group").empty() || header_visible_at(msg) > now) continue;
     jsMsgMetaData* meta_raw = nullptr;
     if (natsMsg_GetMetaData(&meta_raw, msg) != NATS_OK) continue;
     MetaPtr meta(meta_raw);

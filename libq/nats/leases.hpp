@@ -29,13 +29,14 @@ class LeaseBook {
   std::optional<Message> take(const std::string& queue, natsMsg* msg, Millis vt, Millis ack_wait,
                               std::uint32_t max_receives,
                               const std::optional<Record>* read = nullptr);
-  // The plain deliveries of a batch (no lease yet, first delivery, not
-  // delayed, no group) taken together: their leases written in one round
-  // (nats/pipeline.hpp). taken[i] says which; take() decides the others.
-  std::vector<std::optional<Message>> take_first_deliveries(
-      const std::string& queue, const std::vector<natsMsg*>& msgs,
-      const std::vector<std::optional<Record>>& leases, Millis vt, Millis ack_wait,
-      std::vector<bool>& taken);
+  // The plain deliveries of a batch (first delivery, not delayed, no group)
+  // taken together: their leases written in one round by CAS on "no record"
+  // (nats/pipeline.hpp), which fails where one exists (a send's delay
+  // record). taken[i] says which; take() decides the others.
+  std::vector<std::optional<Message>> take_first_deliveries(const std::string& queue,
+                                                            const std::vector<natsMsg*>& msgs,
+                                                            Millis vt, Millis ack_wait,
+                                                            std::vector<bool>& taken);
   // Until count_deferred, the counts of takes are kept (to be published
   // together after the batch, each still after its decision) in `events`.
   void defer_counts(std::vector<Counters::Event>* events) { deferred_ = events; }

@@ -126,7 +126,7 @@ void Publisher::publish_sync(const std::string& queue, Outgoing& o, bool tried_b
   settle_duplicate(queue, o, attempts > 1 || tried_before);
 }
 
-// Many messages: published without waiting for each answer (up to 256
+// Many messages: published without waiting for each answer (up to 4096
 // outstanding); any without a good answer then goes again one by one
 // (same Nats-Msg-Id, so a message stored twice is stored once).
 void Publisher::publish_async(const std::string& queue, std::vector<Outgoing>& out) {

@@ -182,10 +182,9 @@ TEST_P(Conformance, AnAckOfManyReceiptsSettlesEachOnItsOwn) {
   auto acked = broker_->ack(queue, {got[0].receipt, got[1].receipt, got[3].receipt, got[2].receipt,
                                     got[2].receipt, "junk", again[0].receipt});
   ASSERT_EQ(acked.size(), 7u);
-  std::vector<ReceiptOutcome> want{ReceiptOutcome::Done,  ReceiptOutcome::Done,
-                                   ReceiptOutcome::Stale, ReceiptOutcome::Done,
-                                   ReceiptOutcome::Done,  ReceiptOutcome::Malformed,
-                                   ReceiptOutcome::Done};
+  std::vector<ReceiptOutcome> want{
+      ReceiptOutcome::Done, ReceiptOutcome::Done,      ReceiptOutcome::Stale, ReceiptOutcome::Done,
+      ReceiptOutcome::Done, ReceiptOutcome::Malformed, ReceiptOutcome::Done};
   for (std::size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(acked[i].outcome, want[i]) << "receipt " << i << ": " << acked[i].receipt;
   auto st = stats(queue);
