@@ -16,6 +16,7 @@
  *                                   natsMsg_Ack, no wait) until a fetch finds
  *                                   nothing; prints messages per second
  *                                   (one `q work` consumer)
+ *   nats_floor URL left STREAM      messages not yet acked (0 once drained)
  *
  * URL may carry several servers, comma-separated. bench/nats_speed.py runs it
  * beside q. Build: cc -O2 -o nats_floor nats_floor.c $(pkg-config --cflags
@@ -75,7 +76,8 @@ static int take(natsSubscription *sub, int batch, int async, int wait_ms) {
   jsFetchRequest_Init(&req);
   req.Batch = batch;
   req.NoWait = wait_ms == 0;
-  req.Expires = (wait_ms == 0 ? 5000LL : (int64_t)wait_ms) * 1000000LL;
+  /* nats.c 3.4.1 waits out Expires when a no-wait fetch finds nothing. */
+  req.Expires = (wait_ms == 0 ? 200LL : (int64_t)wait_ms) * 1000000LL;
   natsStatus s = wait_ms == 0 ? natsSubscription_FetchRequest(&list, sub, &req)
                               : natsSubscription_Fetch(&list, sub, batch, wait_ms, &code);
   if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) return 0;
@@ -155,6 +157,13 @@ int main(int argc, char **argv) {
       printf("%ld messages, %.0f/s\n", total, t > 0 ? (double)total / t : 0.0);
     }
     natsSubscription_Destroy(sub);
+  } else if (strcmp(mode, "left") == 0) {
+    jsErrCode code = 0;
+    jsConsumerInfo *ci = NULL;
+    s = js_GetConsumerInfo(&ci, js, stream, "f", NULL, &code);
+    if (s != NATS_OK) die("reading the consumer", s, code);
+    printf("%llu\n", (unsigned long long)(ci->NumPending + (uint64_t)ci->NumAckPending));
+    jsConsumerInfo_Destroy(ci);
   } else {
     fprintf(stderr, "nats_floor: unknown mode %s\n", mode);
     rc = 64;

@@ -178,6 +178,9 @@ class Bench:
 
     def check_drained(self, contender, name, env):
         if contender == "floor":
+            left = run([self.floor, self.server_url, "left", name]).stdout.strip()
+            if left != "0":
+                sys.exit(f"nats_speed: floor stream {name} was not drained: {left} left")
             return
         out = run([self.q, "stats", name, "--json"], env=env).stdout.replace(" ", "")
         if '"visible":0,"in_flight":0,"delayed":0' not in out:
