@@ -18,7 +18,6 @@
 
 #include <fmt/format.h>
 
-#include "libq/nats/pipeline.hpp"
 #include "libq/nats/stage.hpp"
 #include "libq/timefmt.hpp"
 
@@ -268,51 +267,8 @@ void Client::remove(std::uint64_t revision) {
     fail("removing a record", s, code);
 }
 
-std::optional<std::vector<std::string>> Client::keys(const std::string& filter) {
-  std::vector<std::string> found;
-  std::string subjects = subject(filter);
-  const std::string prefix = subject("");
-  jsErrCode code{};
-  natsStatus s = retry(
-      "listing " + filter,
-      [&](jsErrCode* err) {
-        found.clear();
-        jsOptions o;
-        jsOptions_Init(&o);
-        o.Stream.Info.SubjectsFilter = subjects.c_str();
-        jsStreamInfo* si = nullptr;
-        natsStatus st = js_GetStreamInfo(&si, js_, bucket_stream_.c_str(), &o, err);
-        if (st == NATS_OK && si->State.Subjects)
-          for (int i = 0; i < si->State.Subjects->Count; ++i)
-            found.emplace_back(si->State.Subjects->List[i].Subject + prefix.size());
-        jsStreamInfo_Destroy(si);
-        return st;
-      },
-      &code);
-  if (s != NATS_OK) fail("listing " + filter, s, code);
-  // The server pages a stream info's subjects past 100,000: that many are
-  // listed by a watch.
-  if (found.size() >= kKeysByInfo) return std::nullopt;
-  return found;
-}
-
 void Client::each(const std::string& filter,
                   const std::function<void(const std::string&, const Record&)>& each) {
-  // The keys by one stream info, then their records read together, 256 a
-  // round: no consumer to create (a KV watch's costs some 150 ms on a loaded
-  // cluster, and its ordered consumer stalled past the timeout there).
-  if (auto listed = keys(filter)) {
-    std::sort(listed->begin(), listed->end());
-    for (std::size_t from = 0; from < listed->size(); from += 256) {
-      std::vector<std::string> chunk(
-          listed->begin() + static_cast<std::ptrdiff_t>(from),
-          listed->begin() + static_cast<std::ptrdiff_t>(std::min(from + 256, listed->size())));
-      auto records = get_together(*this, chunk);
-      for (std::size_t i = 0; i < chunk.size(); ++i)
-        if (records[i]) each(chunk[i], *records[i]);  // removed since: passed over
-    }
-    return;
-  }
   kvWatchOptions wo;
   kvWatchOptions_Init(&wo);
   wo.IgnoreDeletes = true;

@@ -143,10 +143,6 @@ class Client {
   static constexpr Millis kStaleClaim = 5 * kSecond;
   // Removes the record at `revision` (no tombstone); a newer record stays.
   void remove(std::uint64_t revision);
-  // The keys matching `filter` (NATS wildcards) by one stream info; nullopt
-  // past kKeysByInfo of them (each() then lists them by a watch).
-  std::optional<std::vector<std::string>> keys(const std::string& filter);
-  static constexpr std::size_t kKeysByInfo = 20000;
   // Every record whose key matches `filter` (NATS wildcards), with its key.
   void each(const std::string& filter,
             const std::function<void(const std::string& key, const Record&)>& each);

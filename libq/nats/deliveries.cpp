@@ -168,10 +168,15 @@ std::vector<Message> NatsBroker::do_receive(const std::string& queue,
         jsMsgMetaData_Destroy(meta);
       }
       if (keys.size() > 1) {
-        auto records = nats::get_together(client_, keys);
-        for (std::size_t k = 0; k < of.size(); ++k) {
-          leases[of[k]] = std::move(records[k]);
-          read[of[k]] = true;
+        try {
+          auto records = nats::get_together(client_, keys);
+          for (std::size_t k = 0; k < of.size(); ++k) {
+            leases[of[k]] = std::move(records[k]);
+            read[of[k]] = true;
+          }
+        } catch (const Error& e) {
+          // Each take() reads its own then, and fails (or not) on its own.
+          if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Permission) throw;
         }
       }
     }
@@ -219,8 +224,10 @@ std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
   const std::string stream = names_.stream(queue);
   std::vector<ReceiptResult> results;
   std::map<std::string, std::size_t> first;
+  // Called in a catch block: an error other than a stale or malformed
+  // receipt goes on up.
   auto settle = [&](std::size_t at, const Error& e) {
-    if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw e;
+    if (e.kind() != ErrorKind::Stale && e.kind() != ErrorKind::InvalidData) throw;
     results[at].outcome =
         e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
     results[at].detail = e.what();
@@ -268,13 +275,18 @@ std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
     acked.state = nats::Lease::Acked;
     writes.push_back({nats::Names::lease_key(queue, a.seq), acked.encode(), a.current.revision});
   }
+  // One receipt's failure (the cluster stopped answering) does not stop the
+  // others decided here from being counted and finished; it is thrown after.
+  std::exception_ptr failure;
+  std::vector<std::exception_ptr> errors(writes.size());
   auto written = writes.size() > 1
-                     ? nats::put_if_together(client_, writes, nats::Client::OnClaim::Wait)
+                     ? nats::put_if_together(client_, writes, nats::Client::OnClaim::Wait, &errors)
                      : std::vector<std::optional<std::uint64_t>>(writes.size());
   std::vector<Acking> decided;
   for (std::size_t i = 0; i < acking.size(); ++i) {
     auto& a = acking[i];
     try {
+      if (errors[i]) std::rethrow_exception(errors[i]);
       if (written[i]) {
         a.revision = *written[i];
       } else {
@@ -285,7 +297,10 @@ std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
       }
       decided.push_back(std::move(a));
     } catch (const Error& e) {
-      settle(a.at, e);
+      if (e.kind() == ErrorKind::Stale || e.kind() == ErrorKind::InvalidData)
+        settle(a.at, e);
+      else if (!failure)
+        failure = std::current_exception();
     }
   }
   // Counted before JetStream hears of it: a receive that finishes this ack
@@ -303,6 +318,7 @@ std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
   // head, goes back to JetStream now (nats/groups.hpp).
   for (const auto& a : decided)
     if (!a.current.lease.group.empty()) groups_.wake(queue, a.current.lease.group, clock_->now());
+  if (failure) std::rethrow_exception(failure);
   // A receipt given twice has its first one's answer.
   for (std::size_t i = 0; i < results.size(); ++i)
     if (auto f = first.find(results[i].receipt); f != first.end() && f->second != i)

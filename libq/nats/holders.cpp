@@ -249,7 +249,19 @@ std::size_t HolderBook::release(const std::string& queue, const std::string& tok
     Lease l = Lease::decode(r.value);
     if (l.state == Lease::Leased && l.holder == token) held.push_back({key, l, r.revision});
   };
-  client_.each(Names::lease_prefix(queue) + "*", keep);
+  // The lease keys by one stream info (a KV listing creates a consumer: some
+  // 150 ms on a loaded cluster), then one read each; a listing past 256.
+  std::string bucket = "$KV." + client_.bucket_stream().substr(3) + ".";
+  auto keys =
+      subjects(bucket + Names::lease_prefix(queue) + "*", "reading the leases of queue " + queue);
+  if (keys.size() > 256) {
+    client_.each(Names::lease_prefix(queue) + "*", keep);
+  } else {
+    for (const auto& subject : keys) {
+      std::string key = subject.substr(bucket.size());
+      if (auto r = client_.get(key)) keep(key, *r);
+    }
+  }
   std::size_t released = 0;
   for (auto& h : held) {
     // As a nack without delay, by CAS: of two that find the holder dead,

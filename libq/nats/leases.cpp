@@ -73,7 +73,9 @@ std::optional<Message> LeaseBook::take(const std::string& queue, natsMsg* msg, M
     if (cur && prev.state == Lease::Acked) {
       // Acked by a receipt holder who did not reach JetStream: finish it.
       // Its count too, with the acker's event id (counted once if it had).
-      if (counters_) count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
+      // Published now, not with the receive's counts: before its +ACK.
+      if (counters_)
+        counters_->count(queue, counter::kAcked, event_id("ak", meta->Stream, seq, prev.nonce));
       finish_ack(meta->Stream, seq, reply, cur->revision);
       wake();
       return std::nullopt;
@@ -208,19 +210,27 @@ std::vector<std::optional<Message>> LeaseBook::take_first_deliveries(
     planned.push_back({i, seq, meta->Stream, std::move(l)});
   }
   if (planned.size() < 2) return out;
-  std::vector<std::optional<std::uint64_t>> written;
-  try {
-    written = put_if_together(client_, writes, Client::OnClaim::Pass);
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Permission) throw;
-    return out;  // each one again by take(), which reports its own failure
-  }
+  std::vector<std::exception_ptr> errors;
+  auto written = put_if_together(client_, writes, Client::OnClaim::Pass, &errors);
+  std::exception_ptr busy;
   for (std::size_t k = 0; k < planned.size(); ++k) {
-    if (!written[k]) continue;  // another receive came first: take() reads again
     const auto& p = planned[k];
-    out[p.i] = handed_out(queue, msgs[p.i], p.stream, p.seq, p.lease, vt, ack_wait, {});
-    taken[p.i] = true;
+    try {
+      if (errors[k]) std::rethrow_exception(errors[k]);
+      if (!written[k]) continue;  // another receive came first: take() reads again
+      out[p.i] = handed_out(queue, msgs[p.i], p.stream, p.seq, p.lease, vt, ack_wait, {});
+      taken[p.i] = true;
+    } catch (const Error& e) {
+      // As a failure of take(): a cluster that stops answering ends the
+      // receive (after the others are handed out); any other failure
+      // leaves this delivery to take(), which reads its lease and passes
+      // over it or reports it.
+      if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Permission) {
+        if (!busy) busy = std::current_exception();
+      }
+    }
   }
+  if (busy) std::rethrow_exception(busy);
   return out;
 }
 
@@ -361,18 +371,20 @@ std::uint64_t LeaseBook::change(const std::string& queue, const std::string& rec
 
 // The events of the delivery `prev` ended and of its nack, again: a process
 // killed between its lease write and its event left them uncounted; counted
-// already (within the window), the same id counts once.
+// already (within the window), the same id counts once. Published at once,
+// never with the receive's counts: the lease written next replaces `prev`,
+// and with it the last trace of these events.
 void LeaseBook::recount(const std::string& queue, const std::string& stream, std::uint64_t seq,
                         const Lease& prev, Millis now) {
   if (prev.nonce == 0 || prev.receives == 0) return;  // delayed at its send: never received
   if (now - prev.received_at < kRecountWithin)
-    count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
+    counters_->count(queue, counter::kReceived, event_id("rc", stream, seq, prev.nonce));
   if (prev.state == Lease::Released && !prev.history.empty() &&
       prev.history.back().end == AttemptEnd::Released &&
       prev.history.back().reason != kHolderDied &&  // not a nack (nats/holders.hpp)
       prev.history.back().receive == prev.receives &&
       now - prev.history.back().ended_at < kRecountWithin)
-    count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
+    counters_->count(queue, counter::kNacked, event_id("nk", stream, seq, prev.nonce));
 }
 
 Attempt LeaseBook::ended(const Lease& lease, AttemptEnd end, const std::string& reason,

@@ -12,6 +12,7 @@
 // LeaseBook::finish_ack).
 #pragma once
 
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,9 +31,9 @@ struct Request {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
-// Publishes every request with a reply subject of its own under one inbox,
-// then waits up to `wait` for the answers: answers[i] is request i's, null
-// when none came. Error only when the connection cannot publish at all.
+// Publishes every request with a reply subject of its own under one inbox
+// (256 at a time), then waits up to `wait` for their answers: answers[i] is
+// request i's, null when none came (or it could not be sent). Never throws.
 std::vector<MsgPtr> request_together(Client& client, const std::vector<Request>& requests,
                                      Millis wait = 2000);
 
@@ -56,16 +57,20 @@ std::vector<std::optional<Record>> get_together(Client& client,
 
 // Client::put_if of every write, together: the claim records (the nats-server
 // #4320 workaround, Client::put_if) made in one round, the writes in the
-// next, the claims removed in a third. A write that meets another writer's
-// claim, or gets no clean answer, is done by Client::put_if alone.
+// next, the claims removed in a third (also when a write failed). A write
+// that meets another writer's claim is done by Client::put_if alone; one
+// without a clean answer is read back (ours when it holds this very value)
+// and else published again. A write that fails (Error) does not stop the
+// others: with `errors`, errors[i] holds write i's; without, the first is
+// thrown once every other write is done and every claim removed.
 struct Write {
   std::string key;
   std::string value;  // unique to this write (carries a token)
   std::uint64_t expected = 0;
 };
-std::vector<std::optional<std::uint64_t>> put_if_together(Client& client,
-                                                          const std::vector<Write>& writes,
-                                                          Client::OnClaim on_claim);
+std::vector<std::optional<std::uint64_t>> put_if_together(
+    Client& client, const std::vector<Write>& writes, Client::OnClaim on_claim,
+    std::vector<std::exception_ptr>* errors = nullptr);
 
 // Client::remove of every revision, together.
 void remove_together(Client& client, const std::vector<std::uint64_t>& revisions);

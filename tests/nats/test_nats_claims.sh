@@ -142,4 +142,23 @@ while :; do
 done
 [[ $(counts short) == "0 0 0" ]] || fail "short after the kills: $(counts short)"
 [[ $(counts fence) == "0 0 0" ]] || fail "fence after the kills: $(counts fence)"
+
+# 4. An ack killed after its decision (cas-written: the lease says acked,
+# nothing counted yet), finished by a receive killed after its +ACK: the ack
+# is counted once all the same, because the finisher counts before its +ACK
+# (a receive's own counts wait for its end; this one must not).
+"$Q" create late --visibility-timeout 1s >/dev/null || fail "create late"
+"$Q" send late six >/dev/null
+r6=$("$Q" receive late --json | jq -r .receipt)
+Q_TEST_NATS_KILL_AT=cas-written "$Q" ack late "$r6" >/dev/null 2>&1
+[[ $? == 137 ]] || fail "the ack of six was not killed after its lease write"
+until=$(($(now_ms) + 15000 * scale))
+while :; do
+  Q_TEST_NATS_KILL_AT=ack-sent "$Q" receive late --wait 1s >/dev/null 2>&1
+  [[ $? == 137 ]] && break
+  (($(now_ms) < until)) || { fail "no receive finished the killed ack of six"; break; }
+done
+[[ $(stat_field late acked) == 1 ]] ||
+  fail "the ack finished by a killed receive counted $(stat_field late acked), want 1"
+[[ $(counts late) == "0 0 0" ]] || fail "late after the kills: $(counts late)"
 finish "claims against skewed clocks and kills"
