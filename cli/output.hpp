@@ -11,17 +11,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "libq/broker.hpp"
+#include "libq/base64.hpp"
 #include "libq/utf8.hpp"
 
 namespace cli {
 
 using q::is_utf8;
 
-// Base64 (RFC 4648, with padding), the one encoder and decoder: bodies and
-// attributes that are not UTF-8 travel in JSON this way. unbase64 refuses
-// anything but canonical base64 (length, alphabet, padding, unused bits).
-std::string base64(std::string_view s);
-std::optional<std::string> unbase64(std::string_view text);
+// Bodies and attributes that are not UTF-8 travel in JSON as base64.
+using q::base64;
+using q::unbase64;
 
 // A JSON string literal, quotes included, always valid JSON: bytes that are
 // not UTF-8 become U+FFFD (bodies and attributes never reach here as such:

@@ -249,17 +249,6 @@ std::optional<QueueConfig> Broker::queue_config(const std::string& queue) {
   return do_queue_config(queue);
 }
 
-std::optional<QueueConfig> Broker::do_queue_config(const std::string& queue) {
-  try {
-    auto all = do_stats(queue);
-    if (all.empty()) return std::nullopt;
-    return all[0].config;
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::NotFound) return std::nullopt;
-    throw;
-  }
-}
-
 std::vector<Message> Broker::dead_letters(const std::string& queue, std::size_t max) {
   check_queue_name(queue);
   return do_dead_letters(queue, max);

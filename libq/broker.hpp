@@ -498,9 +498,8 @@ class Broker {
   virtual std::vector<Message> do_peek(const std::string& queue, std::size_t max) = 0;
   virtual std::uint64_t do_purge(const std::string& queue) = 0;
   virtual std::vector<QueueStats> do_stats(const std::string& queue) = 0;
-  // The one settings record; a backend without a cheaper way keeps this
-  // default, which reads the queue's stats.
-  virtual std::optional<QueueConfig> do_queue_config(const std::string& queue);
+  // The one settings record (nullopt: no such queue).
+  virtual std::optional<QueueConfig> do_queue_config(const std::string& queue) = 0;
   virtual std::vector<Message> do_dead_letters(const std::string& queue, std::size_t max) = 0;
   virtual void do_each_dead_letter(const std::string& queue,
                                    const std::function<bool(const Message&)>& each) = 0;

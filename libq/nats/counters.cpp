@@ -1,5 +1,6 @@
 #include "libq/nats/counters.hpp"
 #include "libq/nats/pipeline.hpp"
+#include "libq/base64.hpp"
 
 #include <map>
 
@@ -90,13 +91,7 @@ void Counters::count_together(const std::string& queue, const std::vector<Event>
   std::vector<Request> requests;
   for (const auto& e : events)
     requests.push_back({subject(queue, e.counter), std::string(), {{"Nats-Msg-Id", e.id}}});
-  std::vector<MsgPtr> answers;
-  try {
-    answers = request_together(client_, requests);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::Busy) throw;
-    return;  // decided already: only the counts are lost (count())
-  }
+  auto answers = request_together(client_, requests);
   for (std::size_t i = 0; i < events.size(); ++i) {
     ApiAnswer a = api_answer(answers[i].get());
     auto seq = a.body.find("seq");
@@ -116,7 +111,7 @@ Counters::Base Counters::first_of(const std::string& subj) {
   auto m = client_.next_by_subject(stream(), 1, subj, "reading the counter " + subj, true);
   if (!m) return base;
   base.seq = m->at("seq").get<std::uint64_t>();
-  std::string data = base64_decode(m->value("data", std::string()));
+  std::string data = q::unbase64(m->value("data", std::string())).value_or("");
   base.total = data.empty() ? 1 : std::stoull(data);
   return base;
 }

@@ -1,5 +1,5 @@
 #include "libq/nats/groups.hpp"
-#include "libq/nats/pipeline.hpp"
+#include "libq/base64.hpp"
 
 #include <algorithm>
 #include <string_view>
@@ -69,7 +69,7 @@ std::optional<Groups::First> Groups::first_on(const std::string& queue, const st
   // A redriven message's place is its Q-Order header (the sequence it was
   // sent as); the header block comes base64-encoded.
   if (redriven(m->value("subject", ""))) {
-    std::string o = header_value(base64_decode(m->value("hdrs", "")), kOrderHeader);
+    std::string o = header_value(q::unbase64(m->value("hdrs", "")).value_or(""), kOrderHeader);
     if (!o.empty() && o.find_first_not_of("0123456789") == std::string::npos)
       f.order = std::stoull(o);
   }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "libq/base64.hpp"
 #include "libq/ids.hpp"
 #include "libq/nats/records.hpp"
 #include "libq/nats/stage.hpp"
@@ -88,31 +89,6 @@ ApiAnswer api_answer(const natsMsg* answer) {
   return a;
 }
 
-std::string base64_decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned bits = 0;
-  int have = 0;
-  for (char c : in) {
-    int v = value(c);
-    if (v < 0) break;
-    bits = (bits << 6) | static_cast<unsigned>(v);
-    have += 6;
-    if (have >= 8) {
-      have -= 8;
-      out.push_back(static_cast<char>((bits >> have) & 0xff));
-    }
-  }
-  return out;
-}
-
 namespace {
 
 // The sequence a publish's answer gives, when it stored the message.
@@ -145,12 +121,14 @@ std::vector<std::optional<Record>> get_together(Client& client,
     ApiAnswer a = api_answer(answers[i].get());
     if (a.clean && a.code == kNoMessageFound) continue;
     auto m = a.body.find("message");
-    if (!a.clean || a.code != 0 || m == a.body.end() || !m->is_object()) {
+    std::optional<std::string> data;
+    if (a.clean && a.code == 0 && m != a.body.end() && m->is_object())
+      data = q::unbase64(m->value("data", std::string()));
+    if (!data) {
       out[i] = client.get(keys[i]);  // retried, and names any failure
       continue;
     }
-    out[i] =
-        Record{base64_decode(m->value("data", std::string())), m->value("seq", std::uint64_t{0})};
+    out[i] = Record{std::move(*data), m->value("seq", std::uint64_t{0})};
   }
   return out;
 }

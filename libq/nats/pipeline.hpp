@@ -47,10 +47,6 @@ struct ApiAnswer {
 };
 ApiAnswer api_answer(const natsMsg* answer);
 
-// Standard base64 (the data and hdrs of a STREAM.MSG.GET answer); stops at
-// '=' or anything outside the alphabet.
-std::string base64_decode(std::string_view in);
-
 // Client::get of every key, together.
 std::vector<std::optional<Record>> get_together(Client& client,
                                                 const std::vector<std::string>& keys);
