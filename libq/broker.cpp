@@ -188,6 +188,66 @@ AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& 
   return do_ack_and_send(queue, receipt, to, std::move(messages), options);
 }
 
+std::vector<AckSendResult> Broker::ack_and_send_each(const std::string& queue,
+                                                     const std::string& to,
+                                                     std::vector<StageStep> steps,
+                                                     const SendOptions& options) {
+  check_queue_name(queue);
+  check_queue_name(to);
+  if (to == queue)
+    throw Error(ErrorKind::Usage,
+                fmt::format("queue {}: a stage cannot send to the queue it consumes", queue));
+  // A step with a message no queue takes is refused here, alone.
+  std::vector<AckSendResult> results(steps.size());
+  std::vector<std::size_t> valid;
+  std::vector<StageStep> checked;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    try {
+      for (const auto& m : steps[i].messages) check_outgoing(to, m);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Io) throw;
+      results[i].refused = e.what();
+      continue;
+    }
+    valid.push_back(i);
+    checked.push_back(std::move(steps[i]));
+  }
+  auto done = checked.empty() ? std::vector<AckSendResult>{}
+                              : do_ack_and_send_each(queue, to, std::move(checked), options);
+  for (std::size_t k = 0; k < done.size(); ++k) results[valid[k]] = std::move(done[k]);
+  // Steps after the first one not tried are not tried either.
+  if (done.size() < valid.size()) results.resize(valid[done.size()]);
+  return results;
+}
+
+// Busy (the writer lock) and Io (the store) say nothing about a step: they
+// end the call; any other error is DST refusing that step's output.
+static bool refuses_the_step(const Error& e) {
+  return e.kind() != ErrorKind::Busy && e.kind() != ErrorKind::Io;
+}
+
+std::vector<AckSendResult> Broker::do_ack_and_send_each(const std::string& queue,
+                                                        const std::string& to,
+                                                        std::vector<StageStep> steps,
+                                                        const SendOptions& options) {
+  std::vector<AckSendResult> results;
+  for (auto& step : steps) {
+    try {
+      results.push_back(
+          do_ack_and_send(queue, step.receipt, to, std::move(step.messages), options));
+    } catch (const Error& e) {
+      if (!refuses_the_step(e)) {
+        if (results.empty()) throw;
+        return results;  // the rest not tried
+      }
+      AckSendResult refused;
+      refused.refused = e.what();
+      results.push_back(std::move(refused));
+    }
+  }
+  return results;
+}
+
 AckReceiveResult Broker::ack_and_receive(const std::string& queue,
                                          const std::vector<std::string>& receipts,
                                          const ReceiveOptions& options) {

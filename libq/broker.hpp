@@ -220,6 +220,12 @@ struct ReceiveOptions {
   // passes its start time too (its registry key with the pid).
   std::uint32_t holder_pid = 0;
   Millis worker_since = 0;
+  // A file: the commit keeps the file intact but is made durable only by the
+  // next Broker::sync() (or any later commit), which the caller makes as soon
+  // as it has started work on what it received (q work: its commands start
+  // while the sync runs). A power cut in between undoes the round: its
+  // messages are delivered again, as after a crash.
+  bool sync_later = false;
 };
 
 enum class ReceiptOutcome { Done, Stale, Malformed };
@@ -234,6 +240,16 @@ struct AckSendResult {
   ReceiptOutcome outcome = ReceiptOutcome::Done;
   std::string detail;            // why the receipt was stale or malformed
   std::vector<SendResult> sent;  // empty unless the ack was done
+  // ack_and_send_each only: DST refused this item's output (no such queue,
+  // full, too large): nothing of it was acked or sent, and this says why.
+  std::string refused;
+};
+
+// One step of a stage: the receipt of the message a run consumed and the
+// messages its output makes.
+struct StageStep {
+  std::string receipt;
+  std::vector<OutgoingMessage> messages;
 };
 
 // One round of a consumer (q work): the acks of what finished and the next
@@ -339,6 +355,19 @@ class Broker {
   AckSendResult ack_and_send(const std::string& queue, const std::string& receipt,
                              const std::string& to, std::vector<OutgoingMessage> messages,
                              const SendOptions& options);
+  // Many stage steps at once (a q work --to round): each step as
+  // ack_and_send does it, in one transaction where the backend has one, so a
+  // round of N successes pays one commit, not N. A step whose output DST
+  // refuses is reported in its result's `refused` (nothing of it done), and
+  // the other steps go on. Returns a result for each step in order, or for
+  // the first k of them when the writer lock or the store failed after k
+  // were done (the rest: not tried; nothing of them done); it throws only
+  // when none was done.
+  std::vector<AckSendResult> ack_and_send_each(const std::string& queue, const std::string& to,
+                                               std::vector<StageStep> steps,
+                                               const SendOptions& options);
+  // Makes durable a commit made with ReceiveOptions::sync_later.
+  void sync() { do_sync(); }
   // One round of a consumer: acks `receipts` (as ack does, a stale or
   // malformed receipt is an outcome) and receives up to
   // options.max_messages (0: none) in one write transaction, so a runner pays
@@ -483,6 +512,14 @@ class Broker {
                                         const std::string& to,
                                         std::vector<OutgoingMessage> messages,
                                         const SendOptions& options) = 0;
+  // The default: do_ack_and_send step by step (each its own change). A
+  // backend with transactions does them in one and falls back to this when
+  // a step is refused, so that the refused one alone is left undone.
+  virtual std::vector<AckSendResult> do_ack_and_send_each(const std::string& queue,
+                                                          const std::string& to,
+                                                          std::vector<StageStep> steps,
+                                                          const SendOptions& options);
+  virtual void do_sync() {}  // a backend whose every change is durable at once
   // Backends without a combined transaction may keep this default: do_ack,
   // then do_receive (two transactions; the outcome is the same).
   virtual AckReceiveResult do_ack_and_receive(const std::string& queue,

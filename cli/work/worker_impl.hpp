@@ -163,6 +163,11 @@ class Worker {
   // meets a busy writer lock stays in exited_ for the next turn.
   void settle_exited();
 
+  // --to: the outputs and acks of every successful run that ended, in one
+  // transaction (OutcomePolicy::pass_on_each). False when some are left for
+  // the next turn (the writer lock was busy).
+  bool pass_on_exited();
+
   void beat_and_time_out(Millis now);
 
   // ---- stopping -----------------------------------------------------------------------

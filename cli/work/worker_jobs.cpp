@@ -45,6 +45,7 @@ bool Worker::take_messages(Millis now) {
   options.holder = self_;
   options.holder_pid = static_cast<std::uint32_t>(::getpid());
   options.worker_since = registered_since_;
+  options.sync_later = true;  // synced below, while the commands it starts run
   work::OutcomePolicy::Round round;
   if (!with_lock([&] { round = policy_->ack_and_take(acks, options); })) return false;
   if (!acks.empty()) {
@@ -69,6 +70,7 @@ bool Worker::take_messages(Millis now) {
     }
     start(std::move(m), std::move(key), now);
   }
+  broker_.sync();
   return !acks.empty() || !round.taken.empty();
 }
 
@@ -176,6 +178,7 @@ bool Worker::acks_together(const Job& job) const {
 }
 
 void Worker::settle_exited() {
+  if (stage() && !pass_on_exited()) return;
   for (auto it = exited_.begin(); it != exited_.end();) {
     if (acks_together(*it)) {
       ++it;
@@ -190,6 +193,27 @@ void Worker::settle_exited() {
       count_failure(work::judge(job.ending, policy_->options()).what);
     it = exited_.erase(it);
   }
+}
+
+bool Worker::pass_on_exited() {
+  std::vector<work::OutcomePolicy::Run> runs;
+  std::vector<std::size_t> at;  // where each run's job is in exited_
+  for (std::size_t i = 0; i < exited_.size(); ++i)
+    if (!acks_together(exited_[i]) && policy_->passes_on(exited_[i].ending)) {
+      runs.push_back({&exited_[i].message, &exited_[i].ending});
+      at.push_back(i);
+    }
+  if (runs.empty()) return true;
+  std::vector<work::Settled> settled;
+  if (!with_lock([&] { settled = policy_->pass_on_each(runs); })) return false;
+  for (const auto& one : settled) {
+    count(one.tally);
+    if (!one.note.empty()) progress_.note(one.note);
+    if (one.tally == work::Tally::Failed || one.tally == work::Tally::DeadLettered)
+      count_failure(one.note);
+  }
+  for (std::size_t k = settled.size(); k-- > 0;) exited_.erase(exited_.begin() + at[k]);
+  return settled.size() == runs.size();
 }
 
 void Worker::beat_and_time_out(Millis now) {

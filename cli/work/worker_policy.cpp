@@ -174,9 +174,38 @@ Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
                                   stage_messages(m, ending.output, o_.stage), {});
   } catch (const q::Error& e) {
     if (e.kind() == q::ErrorKind::Busy || e.kind() == q::ErrorKind::Io) throw;
+    result.refused = e.what();
+  }
+  return passed_on(m, ending, result);
+}
+
+bool OutcomePolicy::passes_on(const Ending& ending) const {
+  return !o_.stage.to.empty() && judge(ending, o_).verdict == Verdict::Ack;
+}
+
+std::vector<Settled> OutcomePolicy::pass_on_each(const std::vector<Run>& runs) {
+  std::vector<q::StageStep> steps;
+  for (const auto& run : runs)
+    steps.push_back(
+        {run.message->receipt, stage_messages(*run.message, run.ending->output, o_.stage)});
+  auto results = broker_.ack_and_send_each(o_.queue, o_.stage.to, std::move(steps), {});
+  std::vector<Settled> settled;
+  for (std::size_t i = 0; i < results.size(); ++i)
+    settled.push_back(passed_on(*runs[i].message, *runs[i].ending, results[i]));
+  return settled;
+}
+
+Settled OutcomePolicy::passed_on(const q::Message& m, const Ending& ending,
+                                 const q::AckSendResult& result) {
+  if (!result.refused.empty()) {
     // DST refused the output (full, too large, deleted): a failed run.
-    std::string why = fmt::format("output not sent to {}: {}", o_.stage.to, e.what());
-    return retry(m, why, why, run_report(ending));
+    std::string why = fmt::format("output not sent to {}: {}", o_.stage.to, result.refused);
+    try {
+      return retry(m, why, why, run_report(ending));
+    } catch (const q::Error& e) {
+      if (e.kind() != q::ErrorKind::Stale) throw;
+      return {Tally::Failed, fmt::format("message {}: {} ({})", m.id, e.what(), why)};
+    }
   }
   if (result.outcome != q::ReceiptOutcome::Done && !result.sent.empty())
     // nats:// publishes before the ack: the lease was lost in between.

@@ -102,12 +102,28 @@ class OutcomePolicy {
   // recorded) and the queue's own errors; a stale receipt is an outcome.
   Settled settle(const q::Message& message, const std::string& key, const Ending& ending);
 
+  // True when the outcome passes a stage's output on (--to, exit 0).
+  bool passes_on(const Ending& ending) const;
+
+  // Every such outcome of a round at once: the acks and the outputs in one
+  // transaction (Broker::ack_and_send_each), not one each. Returns one
+  // Settled for each of the first k runs; the rest (k < runs.size(): the
+  // writer lock was busy after k) are for the next turn. Throws
+  // q::Error(Busy) when none was recorded.
+  struct Run {
+    const q::Message* message;
+    const Ending* ending;
+  };
+  std::vector<Settled> pass_on_each(const std::vector<Run>& runs);
+
   // Extends a running command's lease by `by`: Done, or Stale/Malformed
   // with the detail (the heartbeat failed; the command runs on).
   q::ReceiptResult heartbeat(const std::string& receipt, q::Millis by);
 
  private:
   Settled pass_on(const q::Message& message, const Ending& ending);
+  Settled passed_on(const q::Message& message, const Ending& ending,
+                    const q::AckSendResult& result);
   Settled retry(const q::Message& message, const std::string& what, const std::string& reason,
                 const q::RunReport& run);
 

@@ -66,7 +66,13 @@ class LmdbBroker final : public Broker {
                                 const std::string& to, std::vector<OutgoingMessage> messages,
                                 const SendOptions& options) override;
 
+  std::vector<AckSendResult> do_ack_and_send_each(const std::string& queue, const std::string& to,
+                                                  std::vector<StageStep> steps,
+                                                  const SendOptions& options) override;
+
   std::vector<Message> do_receive(const std::string& queue, const ReceiveOptions& options) override;
+
+  void do_sync() override { env_->sync(); }
 
   Millis do_next_delivery(const std::string& queue, bool rate_limited) override;
 

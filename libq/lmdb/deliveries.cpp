@@ -80,7 +80,7 @@ std::vector<Message> LmdbBroker::receive_now(const std::string& queue,
                                              const ReceiveOptions& options,
                                              const std::vector<std::string>* acks,
                                              std::vector<ReceiptResult>* acked) {
-  Txn txn(*env_, Txn::Write);
+  Txn txn(*env_, Txn::Write, options.sync_later);
   auto view = open(txn, queue);
   const std::string before = store::encode(view.rec);
   view.maintain();
@@ -206,6 +206,34 @@ AckSendResult LmdbBroker::do_ack_and_send(const std::string& queue, const std::s
   result.sent = send_in(txn, to, std::move(messages), options);
   txn.commit();
   return result;
+}
+
+std::vector<AckSendResult> LmdbBroker::do_ack_and_send_each(const std::string& queue,
+                                                            const std::string& to,
+                                                            std::vector<StageStep> steps,
+                                                            const SendOptions& options) {
+  try {
+    Txn txn(*env_, Txn::Write);
+    auto view = open(txn, queue);
+    view.maintain();
+    std::vector<AckSendResult> results(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      auto acked = ack_in(view, steps[i].receipt);
+      results[i].outcome = acked.outcome;
+      results[i].detail = acked.detail;
+    }
+    view.save();
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (results[i].outcome == ReceiptOutcome::Done)
+        results[i].sent = send_in(txn, to, steps[i].messages, options);
+    txn.commit();
+    return results;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Io) throw;
+    // DST refused one step's output and the transaction stored nothing: step
+    // by step, so that only the refused one is left undone.
+    return Broker::do_ack_and_send_each(queue, to, std::move(steps), options);
+  }
 }
 
 ReceiptOutcome LmdbBroker::do_ack_done(const std::string& queue, const std::string& receipt,

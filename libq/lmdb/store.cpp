@@ -301,6 +301,16 @@ void Env::refuse_if_replaced() {
                           options_.path));
 }
 
+void Env::sync() {
+  if (!options_.durable || options_.read_only) return;
+  int rc;
+  {
+    InLmdb in_lmdb;
+    rc = mdb_env_sync(env_, 1);
+  }
+  if (rc != 0) fail(rc, "cannot sync");
+}
+
 void Env::fail(int rc, const std::string& doing) {
   const std::string& path = options_.path;
   switch (rc) {

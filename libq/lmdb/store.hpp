@@ -85,6 +85,8 @@ class Env {
   // commits reads the pages each previous commit wrote, so without this a
   // sender's resident size grows with the file, not with its work.
   void drop_mapped_pages() const;
+  // Makes every commit so far durable (after a Txn with meta_sync_later).
+  void sync();
   // Databases the file lacks (made by an older q): a write transaction
   // creates them, and they stay once it commits.
   void create_absent(MDB_txn* txn);
@@ -206,7 +208,11 @@ class Env {
 class Txn {
  public:
   enum Mode { Read, Write };
-  Txn(Env& env, Mode mode);
+  // meta_sync_later: the commit syncs the pages it wrote but not the meta
+  // page that makes them current (MDB_NOMETASYNC: the file stays intact;
+  // a power cut before the next sync undoes this commit), so the caller can
+  // start work on it while Env::sync() makes it durable.
+  Txn(Env& env, Mode mode, bool meta_sync_later = false);
   ~Txn();
   Txn(const Txn&) = delete;
   Txn& operator=(const Txn&) = delete;

@@ -16,7 +16,7 @@ namespace q::store {
 
 // ---- Txn --------------------------------------------------------------------
 
-Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
+Txn::Txn(Env& env, Mode mode, bool meta_sync_later) : env_(env), write_(mode == Write) {
   if (env_.damaged())
     throw Error(ErrorKind::Io,
                 fmt::format("{}: the file is damaged (LMDB reported it earlier)", env_.path()));
@@ -35,7 +35,8 @@ Txn::Txn(Env& env, Mode mode) : env_(env), write_(mode == Write) {
     env_.lock_snapshot();  // see Env::attach_without_lock_file
     shared_ = true;
   }
-  int rc = mdb_txn_begin(env_.handle(), nullptr, mode == Read ? MDB_RDONLY : 0, &txn_);
+  unsigned flags = mode == Read ? MDB_RDONLY : meta_sync_later ? MDB_NOMETASYNC : 0;
+  int rc = mdb_txn_begin(env_.handle(), nullptr, flags, &txn_);
   if (rc != 0) {
     txn_ = nullptr;
     if (locked_) env_.unlock_writer();

@@ -211,6 +211,46 @@ TEST_P(Conformance, AFullQueueRefusesTheWholeSend) {
   EXPECT_EQ(stats(queue).visible, 2u);
 }
 
+// q work --to's round: each step acked and passed on as ack_and_send would,
+// a step DST refuses left undone alone, a malformed receipt an outcome.
+TEST_P(Conformance, StageStepsTogetherSettleEachOnItsOwn) {
+  auto src = make("stage-src");
+  q::ConfigChange small;
+  small.max_depth = 2;
+  auto dst = make("stage-dst", small);
+  for (const char* body : {"a", "b", "c"}) send(src, body);
+  auto got = receive(src, 3);
+  ASSERT_EQ(got.size(), 3u);
+  auto out = [](const std::string& body) {
+    q::OutgoingMessage m;
+    m.body = body;
+    return std::vector<q::OutgoingMessage>{m};
+  };
+  std::vector<q::StageStep> steps{{got[0].receipt, out("A")},
+                                  {"not-a-receipt", out("X")},
+                                  {got[1].receipt, out("B")},
+                                  {got[2].receipt, out("C")}};  // DST holds 2: refused
+  auto results = broker_->ack_and_send_each(src, dst, steps, {});
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].outcome, ReceiptOutcome::Done);
+  EXPECT_EQ(results[0].sent.size(), 1u);
+  EXPECT_EQ(results[1].outcome, ReceiptOutcome::Malformed);
+  EXPECT_TRUE(results[1].sent.empty());
+  EXPECT_EQ(results[2].outcome, ReceiptOutcome::Done);
+  EXPECT_TRUE(results[0].refused.empty());
+  EXPECT_FALSE(results[3].refused.empty());
+  EXPECT_TRUE(results[3].sent.empty());
+  EXPECT_EQ(stats(dst).visible, 2u);
+  EXPECT_EQ(stats(dst).counters.sent, 2u);
+  EXPECT_EQ(stats(src).counters.acked, 2u);
+  EXPECT_EQ(stats(src).in_flight, 1u);  // c: still leased, its output refused
+  auto done = broker_->ack_and_send_each(src, dst, {{got[2].receipt, {}}}, {});
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, ReceiptOutcome::Done);
+  EXPECT_EQ(stats(src).in_flight, 0u);
+  EXPECT_EQ(kind_of([&] { broker_->ack_and_send_each(src, src, {}, {}); }), ErrorKind::Usage);
+}
+
 TEST_P(Conformance, ABodyOverTheMaxSizeIsRefusedAndNothingStored) {
   q::ConfigChange change;
   change.max_size = 10;

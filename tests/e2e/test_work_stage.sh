@@ -58,6 +58,19 @@ assert_exit 4 "$Q" work src --to dst --max-messages 1 -- \
 assert_contains "$ERR" "was not sent to dst" "a lost lease is reported"
 assert_eq 0 "$(stat_field dst visible)" "a stale receipt sends nothing"
 
+# ---- DST full part-way through a round: only the refused run fails --------------------
+# A round's outputs and acks go in one transaction (Broker::ack_and_send_each);
+# the one DST has no room for is released alone, the others are passed on.
+"$Q" create small --max-depth 2 >/dev/null || die "create small"
+for w in one two three; do "$Q" send src "$w" >/dev/null || die send; done
+assert_exit 4 "$Q" work src --to small -j 3 --max-messages 3 -- cat
+assert_contains "$ERR" "output not sent to small" "the refused output is named"
+assert_eq 2 "$(stat_field small visible)" "the outputs DST had room for are sent"
+assert_eq "1 0" "$(stats_json src | jq -r '"\(.visible + .delayed) \(.in_flight)"')" \
+  "the refused one is released, none left leased"
+assert_exit 0 "$Q" delete small
+"$Q" purge src >/dev/null
+
 # ---- --to-max-bytes: over the limit is a failure, and a runaway writer is stopped -----
 "$Q" send src big >/dev/null
 assert_exit 4 "$Q" work src --to dst --to-max-bytes 10 --max-messages 1 -- \
