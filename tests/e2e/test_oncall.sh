@@ -136,13 +136,16 @@ assert_contains "$ERR" "10MiB" "and the forms"
 assert_exit 64 "$Q" create s4 --visibility-timeout 1.0005s
 assert_contains "$ERR" "--visibility-timeout '1.0005s': not a duration" "finer than a millisecond: refused"
 assert_exit 66 "$Q" stats s4
-# (Times years ahead: a past --at is due at once, so its visible_at would be the send's own time.)
-id=$(TZ=UTC "$Q" send jobs --at '2036-12-02 20:00' later) || fail "send --at with a space"
+# Tomorrow's date: a past --at is due at once (visible_at would be the send's
+# own time), and one further ahead than the retention (4 days) is refused.
+day=$(TZ=UTC date -d '+1 day' +%F)
+id=$(TZ=UTC "$Q" send jobs --at "$day 20:00" later) || fail "send --at with a space"
 assert_exit 0 "$Q" show jobs "$id" --json
-assert_eq "2036-12-02T20:00:00.000Z" "$(jq -r .visible_at <<<"$OUT")" "--at '2036-12-02 20:00' in TZ=UTC"
-id=$(TZ=JST-9 "$Q" send jobs --at '2036-12-03 20:00' tokyo) || fail "send --at local time"
+assert_eq "${day}T20:00:00.000Z" "$(jq -r .visible_at <<<"$OUT")" "--at '$day 20:00' in TZ=UTC"
+day=$(TZ=JST-9 date -d '+1 day' +%F)
+id=$(TZ=JST-9 "$Q" send jobs --at "$day 20:00" tokyo) || fail "send --at local time"
 assert_exit 0 "$Q" show jobs "$id" --json
-assert_eq "2036-12-03T11:00:00.000Z" "$(jq -r .visible_at <<<"$OUT")" "--at in local time (TZ=JST-9)"
+assert_eq "${day}T11:00:00.000Z" "$(jq -r .visible_at <<<"$OUT")" "--at in local time (TZ=JST-9)"
 assert_exit 64 "$Q" send jobs --at '2026-02-30 20:00' x
 assert_contains "$ERR" "'2026-11-30 08:00' in local time" "a bad time names the forms"
 
