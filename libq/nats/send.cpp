@@ -1,5 +1,6 @@
 #include "libq/nats/send.hpp"
 
+#include <chrono>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -183,7 +184,16 @@ void Publisher::publish_async(const std::string& queue,
   };
   for (auto& o : out) {
     natsMsg* msg = build(queue, messages[o.index], o).release();
-    natsStatus s = js_PublishMsgAsync(client_.js(), &msg, nullptr);
+    // With 4096 unanswered, nats.c waits for answers up to its stall wait
+    // (200 ms) and then gives up with NATS_TIMEOUT. On a busy machine the
+    // servers take that long now and then, and every message after it went
+    // one by one (a 20,000-line send took 13 s instead of 1.3): wait again
+    // while the window may still drain.
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    natsStatus s;
+    while ((s = js_PublishMsgAsync(client_.js(), &msg, nullptr)) == NATS_TIMEOUT &&
+           std::chrono::steady_clock::now() < give_up) {
+    }
     natsMsg_Destroy(msg);     // left to us only when it was not taken
     if (s != NATS_OK) break;  // the rest go one by one
   }
