@@ -2,6 +2,7 @@
 """q on NATS beside the JetStream floor and beside q on a file, in one run.
 
     bench/nats_speed.py [--q PATH] [--before PATH] [--rounds N] [--messages N] [--quick]
+                        [--rows ROW,...] [--one-shot-count N]
 
 Starts a 3-node loopback cluster (scripts/nats-cluster), builds the floor
 (bench/nats_floor.c: the same work done with nats.c alone, on a stream shaped
@@ -21,7 +22,8 @@ and, for one command of each kind, the messages it sent the cluster
 of the drains. The load average is printed before and after: the machine is
 shared, so only ratios from one run mean anything. --before PATH adds another
 q binary (an older commit's build, q-nats beside it) on the same cluster, in the
-same alternation. Not part of the test suite.
+same alternation. --rows picks rows (one-shot, bulk, process-drain,
+runner-drain, consumers, requests; default all). Not part of the test suite.
 """
 import argparse
 import os
@@ -187,7 +189,8 @@ class Bench:
             sys.exit(f"nats_speed: queue {name} was not drained: {out}")
 
     # ---- requests per command --------------------------------------------
-    def requests(self):
+    def requests(self, qbin=None):
+        qbin = qbin or self.q
         env = dict(self.q_env(self.nats()), Q_NATS_COUNT_REQUESTS="1")
         queue = self.fresh("r")
         counts = {}
@@ -199,16 +202,19 @@ class Bench:
             return r.stdout
 
         run([self.q, "create", queue], env=self.q_env(self.nats()))
-        count("send (one message)", [self.q, "send", queue, "hello"])
-        run([self.q, "send", queue, "--lines"], env=self.q_env(self.nats()),
-            input="".join(f"m{i}\n" for i in range(20)))
-        out = count("receive -n 1", [self.q, "receive", queue, "--json"])
-        count("ack of 1", [self.q, "ack", queue], input=re.search(r'"receipt":"([^"]+)"',
+        count("send (one message)", [qbin, "send", queue, "hello"])
+        count("send --lines (20 lines)", [qbin, "send", queue, "--lines"],
+              input="".join(f"m{i}\n" for i in range(20)))
+        out = count("receive -n 1", [qbin, "receive", queue, "--json"])
+        count("ack of 1", [qbin, "ack", queue], input=re.search(r'"receipt":"([^"]+)"',
                                                                  out.replace(" ", "")).group(1))
-        out = count("receive -n 10", [self.q, "receive", queue, "-n", "10", "--json"])
+        out = count("receive -n 10", [qbin, "receive", queue, "-n", "10", "--json"])
         receipts = "\n".join(re.findall(r'"receipt":\s*"([^"]+)"', out))
-        count("ack of 10", [self.q, "ack", queue], input=receipts + "\n")
+        count("ack of 10", [qbin, "ack", queue], input=receipts + "\n")
         return counts
+
+
+ROWS = ("one-shot", "bulk", "process-drain", "runner-drain", "consumers", "requests")
 
 
 def main():
@@ -218,7 +224,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--messages", type=int, default=2000)
     ap.add_argument("--quick", action="store_true", help="1 round, 500 messages")
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help="the rows to run, comma-separated, of: " + ", ".join(ROWS))
+    ap.add_argument("--one-shot-count", type=int, default=30,
+                    help="one-shot sends per contender and round (default 30)")
     args = ap.parse_args()
+    rows_wanted = set(args.rows.split(","))
+    if not rows_wanted <= set(ROWS):
+        ap.error(f"--rows: unknown {', '.join(sorted(rows_wanted - set(ROWS)))}")
     if args.quick:
         args.rounds, args.messages = 1, 500
     if not shutil.which("nats-server"):
@@ -238,23 +251,32 @@ def main():
 
         q_nats = ("nats", "before") if args.before else ("nats",)
         for r in range(args.rounds):
-            for c in q_nats + ("floor", "file"):
-                add("one-shot send (ms per process)", c, b.one_shot(c, 30))
-            for c in q_nats + ("floor", "file"):
-                add("bulk send (messages/s)", c, b.bulk(c, 10 * n))
-            for c in q_nats + ("floor",):
-                rate, cpu = b.process_drain(c, n // 2)
-                add("process drain, 10 a batch (messages/s)", c, rate)
-                add("servers' CPU per message, process drain (ms)", c, cpu)
-            for c in q_nats + ("floor", "file"):
-                rate, cpu = b.runner_drain(c, n)
-                add("runner drain: q work -j 8 / floor Fetch(10)+AckSync (messages/s)", c, rate)
-                if c != "file":
-                    add("servers' CPU per message, runner drain (ms)", c, cpu)
-            for consumers in (1, 2, 4, 8):
-                rate, _ = b.process_drain("nats", n // 2, consumers)
-                add(f"process drain on NATS, {consumers} consumers (messages/s)", "nats", rate)
-        counts = b.requests()
+            if "one-shot" in rows_wanted:
+                for c in q_nats + ("floor", "file"):
+                    add("one-shot send (ms per process)", c, b.one_shot(c, args.one_shot_count))
+            if "bulk" in rows_wanted:
+                for c in q_nats + ("floor", "file"):
+                    add("bulk send (messages/s)", c, b.bulk(c, 10 * n))
+            if "process-drain" in rows_wanted:
+                for c in q_nats + ("floor",):
+                    rate, cpu = b.process_drain(c, n // 2)
+                    add("process drain, 10 a batch (messages/s)", c, rate)
+                    add("servers' CPU per message, process drain (ms)", c, cpu)
+            if "runner-drain" in rows_wanted:
+                for c in q_nats + ("floor", "file"):
+                    rate, cpu = b.runner_drain(c, n)
+                    add("runner drain: q work -j 8 / floor Fetch(10)+AckSync (messages/s)", c,
+                        rate)
+                    if c != "file":
+                        add("servers' CPU per message, runner drain (ms)", c, cpu)
+            if "consumers" in rows_wanted:
+                for consumers in (1, 2, 4, 8):
+                    rate, _ = b.process_drain("nats", n // 2, consumers)
+                    add(f"process drain on NATS, {consumers} consumers (messages/s)", "nats",
+                        rate)
+        counts = b.requests() if "requests" in rows_wanted else {}
+        counts_before = b.requests(args.before) if "requests" in rows_wanted and args.before \
+            else {}
         load1 = os.getloadavg()[0]
         print(f"load average {load0:.2f} before, {load1:.2f} after; {args.rounds} rounds, "
               f"{n} messages a drain\n")
@@ -272,9 +294,12 @@ def main():
             cells += [f"{med['nats'] / med[c]:.2f}x" if c in med and med[c] else ""
                       for c, _ in ratios]
             print(f"| {label} | " + " | ".join(cells) + " |")
-        print("\nmessages sent to the cluster, per command (q on NATS):")
-        for label, c in counts.items():
-            print(f"  {label}: {c}")
+        if counts:
+            print("\nmessages sent to the cluster, per command (q on NATS"
+                  + (", q before" if counts_before else "") + "):")
+            for label, c in counts.items():
+                print(f"  {label}: {c}" + (f" (before: {counts_before.get(label)})"
+                                           if counts_before else ""))
         return 0
     finally:
         if b:

@@ -26,6 +26,17 @@ namespace q::nats {
 void Client::open_bucket(const std::string& bucket, int replicas) {
   bucket_ = bucket;
   bucket_stream_ = "KV_" + bucket;
+  bucket_replicas_ = replicas;
+  bucket_known_ = false;
+}
+
+// Before issue 24 every command looked the bucket up when it connected (one
+// stream info, a round trip); now only what needs it does, and get_dated
+// learns that the bucket is there from its own answer.
+void Client::ensure_bucket() {
+  if (bucket_known_) return;
+  const std::string& bucket = bucket_;
+  const int replicas = bucket_replicas_;
   jsErrCode code{};
   natsStatus s = retry(
       "reading the bucket " + bucket,
@@ -64,6 +75,7 @@ void Client::open_bucket(const std::string& bucket, int replicas) {
         &code);
   }
   if (s != NATS_OK) fail("opening the bucket " + bucket, s, code);
+  bucket_known_ = true;
 }
 
 std::optional<Record> Client::get(const std::string& key) {
@@ -85,8 +97,19 @@ std::optional<Client::Dated> Client::get_dated(const std::string& key) {
       },
       &code);
   MsgPtr msg(raw);
-  if (s == NATS_NOT_FOUND || code == kNoMessageFound) return std::nullopt;
+  // No bucket stream (a namespace never used) before it was looked up: look
+  // it up as open_bucket did before (made when missing) and read again, so
+  // every answer is the one a lookup first would have given.
+  if (!bucket_known_ && s != NATS_OK && code == kStreamNotFound) {
+    ensure_bucket();
+    return get_dated(key);
+  }
+  if (s == NATS_NOT_FOUND || code == kNoMessageFound) {
+    bucket_known_ = true;
+    return std::nullopt;
+  }
   if (s != NATS_OK) fail("reading " + key, s, code);
+  bucket_known_ = true;
   return Dated{Record{std::string(natsMsg_GetData(msg.get()),
                                   static_cast<std::size_t>(natsMsg_GetDataLength(msg.get()))),
                       natsMsg_GetSequence(msg.get())},
@@ -192,6 +215,7 @@ std::optional<std::uint64_t> Client::put_if(const std::string& key, const std::s
 }
 
 Millis Client::server_now() {
+  ensure_bucket();
   std::string subj = subject("clock");
   std::string token = random_token();
   jsErrCode code{};
@@ -214,6 +238,7 @@ Millis Client::server_now() {
 
 std::optional<std::uint64_t> Client::publish_if(const std::string& key, const std::string& value,
                                                 std::uint64_t expected) {
+  ensure_bucket();
   std::string subj = subject(key);
   natsMsg* raw = nullptr;
   natsStatus s =
@@ -252,6 +277,7 @@ std::optional<std::uint64_t> Client::publish_if(const std::string& key, const st
 }
 
 void Client::remove(std::uint64_t revision) {
+  ensure_bucket();
   jsErrCode code{};
   natsStatus s = retry(
       "removing a record",
@@ -269,6 +295,7 @@ void Client::remove(std::uint64_t revision) {
 
 void Client::each(const std::string& filter,
                   const std::function<void(const std::string&, const Record&)>& each) {
+  ensure_bucket();
   kvWatchOptions wo;
   kvWatchOptions_Init(&wo);
   wo.IgnoreDeletes = true;
@@ -309,6 +336,7 @@ void Client::each(const std::string& filter,
 }
 
 void Client::purge(const std::string& filter) {
+  ensure_bucket();
   std::string subj = subject(filter);
   jsOptions jo;
   jsOptions_Init(&jo);

@@ -115,7 +115,12 @@ class Client {
   std::optional<jsStreamState> stream_state(const std::string& stream, const std::string& what);
 
   // ---- records on a KV bucket, by the stream API (for its error codes) ----
+  // Names the bucket; it is looked up (and made when missing) only at its
+  // first use, and a record read that finds the bucket there needs no lookup
+  // of its own: a one-shot send reads one record and publishes (bucket.cpp).
   void open_bucket(const std::string& bucket, int replicas);
+  // The bucket stream is there (made now when missing): once per Client.
+  void ensure_bucket();
   std::optional<Record> get(const std::string& key);
   // What put_if does when another writer holds the claim on the revision:
   // wait (up to the timeout) for it to clear or be judged dead, or pass at
@@ -148,9 +153,16 @@ class Client {
             const std::function<void(const std::string& key, const Record&)>& each);
   // Removes every record whose key matches `filter`.
   void purge(const std::string& filter);
-  const std::string& bucket_stream() const { return bucket_stream_; }
-  // The bucket stream's subject of `key`.
-  std::string bucket_subject(const std::string& key) const { return "$KV." + bucket_ + "." + key; }
+  // The bucket stream's name and the subject of `key`, for requests made
+  // outside this class; the bucket is there once they return.
+  const std::string& bucket_stream() {
+    ensure_bucket();
+    return bucket_stream_;
+  }
+  std::string bucket_subject(const std::string& key) {
+    ensure_bucket();
+    return subject(key);
+  }
   // One expected-revision publish, retried and recognised when a retry finds
   // it stored; exact only when `expected` is 0 or the writer holds the claim
   // `cas.<expected>` (put_if, nats/pipeline.hpp).
@@ -180,7 +192,9 @@ class Client {
   kvStore* kv_ = nullptr;
   std::string bucket_;
   std::string bucket_stream_;  // KV_<bucket>
-  std::string subject(const std::string& key) const { return bucket_subject(key); }
+  int bucket_replicas_ = 1;
+  bool bucket_known_ = false;  // looked up (or a read found it there)
+  std::string subject(const std::string& key) const { return "$KV." + bucket_ + "." + key; }
 };
 
 // Messages the connections of every Client destroyed so far published: the

@@ -44,18 +44,31 @@ std::vector<SendResult> NatsBroker::do_send(const std::string& queue,
                               "sent",
                               queue, index, m.body.size(), max_payload, nats::kMessageReserve));
   }
-  if (config.max_depth != 0) {
+  auto full = [&](std::uint64_t depth) {
+    return Error(ErrorKind::Full,
+                 fmt::format("queue {}: full ({} of max depth {} messages); {} more would not "
+                             "fit, nothing was sent",
+                             queue, depth, config.max_depth, messages.size()));
+  };
+  // A batch is checked first, so that one that cannot fit sends nothing. One
+  // message needs no look first (a round trip): the stream's MaxMsgs with
+  // DiscardNew refuses it atomically (ensure_stream), and the depth is read
+  // only then, for the same words.
+  const bool one = messages.size() == 1;
+  if (config.max_depth != 0 && !one) {
     std::uint64_t depth = stream_state(queue).Msgs;
-    if (depth + messages.size() > config.max_depth)
-      throw Error(ErrorKind::Full,
-                  fmt::format("queue {}: full ({} of max depth {} messages); {} more would not "
-                              "fit, nothing was sent",
-                              queue, depth, config.max_depth, messages.size()));
+    if (depth + messages.size() > config.max_depth) throw full(depth);
   }
   nats::Publisher publisher(client_, names_, *clock_);
   if (visible_at > now) publisher.visible_at(visible_at);
   if (!stage_ids_.empty()) publisher.own_ids(stage_ids_);
-  auto results = publisher.publish(queue, config, messages);
+  std::vector<SendResult> results;
+  try {
+    results = publisher.publish(queue, config, messages);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Full || !one) throw;
+    throw full(stream_state(queue).Msgs);
+  }
   if (visible_at > now) {
     std::vector<std::uint64_t> seqs;
     for (const auto& r : results)

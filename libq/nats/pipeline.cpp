@@ -99,7 +99,7 @@ std::optional<std::uint64_t> stored_at(const ApiAnswer& a) {
   return seq->get<std::uint64_t>();
 }
 
-Request expected_publish(const Client& client, const std::string& key, const std::string& value,
+Request expected_publish(Client& client, const std::string& key, const std::string& value,
                          std::uint64_t expected) {
   return {client.bucket_subject(key),
           value,

@@ -57,9 +57,10 @@ class Publisher {
 
  private:
   struct Outgoing {
-    MsgPtr msg;
-    std::string token;    // unique to this send (header Q-Send)
-    bool own_id = false;  // Nats-Msg-Id is q's own (no dedup id of the user's)
+    std::size_t index = 0;  // in the publish's messages
+    std::string token;      // unique to this send: the publish's token and the index
+    std::string msg_id;     // Nats-Msg-Id
+    bool own_id = false;    // Nats-Msg-Id is q's own (no dedup id of the user's)
     bool done = false;
     std::uint64_t seq = 0;
     bool duplicate = false;
@@ -69,14 +70,26 @@ class Publisher {
   const Clock& clock_;
   Millis visible_at_ = 0;
   std::string own_id_prefix_;
+  // Per publish: its random token (each message's is it and its index), the
+  // queue's subject, the send time.
+  std::string token_;
+  std::string subject_;
+  std::string sent_at_;
 
-  Outgoing prepare(const std::string& queue, const QueueConfig& config, OutgoingMessage& m,
-                   std::size_t index);
+  Outgoing prepare(const QueueConfig& config, const OutgoingMessage& m, std::size_t index);
+  // The NATS message of `o` (built again for a retry: the library takes what
+  // it publishes asynchronously).
+  MsgPtr build(const std::string& queue, const OutgoingMessage& m, const Outgoing& o);
+  // The index of the message an asynchronous answer is for (by its Q-Send
+  // token, else its Nats-Msg-Id "s" + token), or npos.
+  std::size_t index_of(natsMsg* msg) const;
   [[noreturn]] void publish_failed(const std::string& queue, natsStatus s, jsErrCode code,
                                    const std::string& text);
   void settle_duplicate(const std::string& queue, Outgoing& o, bool retried);
-  void publish_sync(const std::string& queue, Outgoing& o, bool tried_before);
-  void publish_async(const std::string& queue, std::vector<Outgoing>& out);
+  void publish_sync(const std::string& queue, const OutgoingMessage& m, Outgoing& o,
+                    bool tried_before);
+  void publish_async(const std::string& queue, const std::vector<OutgoingMessage>& messages,
+                     std::vector<Outgoing>& out);
 };
 
 }  // namespace q::nats
