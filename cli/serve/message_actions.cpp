@@ -85,13 +85,6 @@ json Service::Impl::sent_reply(const q::SendResult& r, const std::string& body,
   return out;
 }
 
-// FIFO replies carry a SequenceNumber: q's ids grow with each send.
-std::string Service::Impl::sequence_number(const std::string& id) {
-  std::uint64_t n = 0;
-  for (char c : id) n = n * 37 + static_cast<unsigned char>(c);
-  return std::to_string(n);
-}
-
 json Service::Impl::send_message(const json& in) {
   std::string queue = queue_from_url(str(in, "QueueUrl"));
   PendingSend pending;

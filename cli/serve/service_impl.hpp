@@ -101,7 +101,6 @@ struct Service::Impl {
                               std::optional<q::Millis>& delay);
   json sent_reply(const q::SendResult& r, const std::string& body, const AttributeMap& attributes,
                   bool fifo);
-  static std::string sequence_number(const std::string& id);
   json send_message(const json& in);
   void commit_sends(const std::vector<PendingSend*>& batch);
   void commit_deletes(const std::vector<PendingDelete*>& batch);

@@ -214,6 +214,22 @@ check([b for b in order if b[0] == "a"] == ["a0", "a2", "a4"] and
       f"FIFO groups in order, the duplicate dropped ({order})")
 code = error_code(sqs.send_message, QueueUrl=fifo, MessageBody="x")
 check(code == "MissingParameter", f"FIFO without MessageGroupId refused ({code})")
+# SequenceNumber grows with the send order within a group, across 20 sends
+# (so across a carry of q's hex ids, m1f then m20), in the replies and received.
+seqs = [sqs.send_message(QueueUrl=fifo, MessageBody=f"s{i}", MessageGroupId="s")["SequenceNumber"]
+        for i in range(20)]
+check(all(int(a) < int(b) for a, b in zip(seqs, seqs[1:])),
+      f"SequenceNumber grows with each send ({seqs[0]}..{seqs[-1]})")
+got = []
+while len(got) < 20:
+    ms = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10,
+                             AttributeNames=["All"]).get("Messages", [])
+    if not ms:
+        break
+    for m in ms:
+        got.append(m["Attributes"]["SequenceNumber"])
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+check(got == seqs, "received in that order with the same SequenceNumbers")
 
 # A long poll woken by a send.
 lp = sqs.create_queue(QueueName=f"{prefix}-longpoll")["QueueUrl"]
