@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -74,7 +75,7 @@ struct Service::Impl {
 
   // service.cpp: the settings doc, URLs and ARNs, waking long polls
   json settings();
-  void save_settings(const json& doc);
+  void update_settings(const std::function<void(json&)>& change);
   std::string url(const RequestInfo& info, const std::string& queue) const;
   static std::string arn(const RequestInfo& info, const std::string& queue);
   void bump();
