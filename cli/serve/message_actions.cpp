@@ -449,10 +449,11 @@ json Service::Impl::change_message_visibility_batch(const json& in) {
     std::string id = str(e, "Id");
     try {
       std::string receipt = required(e, "ReceiptHandle");
+      // An entry without a timeout fails alone, as ChangeMessageVisibility
+      // does; taking it as 0 released the message at once.
+      if (!has(e, "VisibilityTimeout")) throw missing_parameter("VisibilityTimeout");
       q::Millis timeout =
-          has(e, "VisibilityTimeout")
-              ? integer(e["VisibilityTimeout"], "VisibilityTimeout", 0, 43200) * q::kSecond
-              : 0;
+          integer(e["VisibilityTimeout"], "VisibilityTimeout", 0, 43200) * q::kSecond;
       change_visibility(queue, receipt, timeout);
       ok.push_back({{"Id", id}});
     } catch (const SqsError& err) {

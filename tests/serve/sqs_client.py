@@ -194,6 +194,43 @@ check(len(r["Successful"]) == len(got) and not r.get("Failed"), "DeleteMessageBa
 code = error_code(sqs.receive_message, QueueUrl=q2, MaxNumberOfMessages=11)
 check(code == "InvalidParameterValue", f"MaxNumberOfMessages 11 refused ({code})")
 
+# ChangeMessageVisibility above 0 extends the lease from now, the handle staying good.
+sqs.send_message(QueueUrl=q2, MessageBody="cmv")
+m = sqs.receive_message(QueueUrl=q2, VisibilityTimeout=1)["Messages"][0]
+sqs.change_message_visibility(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=30)
+time.sleep(1.5)
+check(not sqs.receive_message(QueueUrl=q2).get("Messages"),
+      "ChangeMessageVisibility 30 keeps it hidden past its first timeout of 1 s")
+# ChangeMessageVisibilityBatch: an entry without VisibilityTimeout fails alone
+# (MissingParameter) and leaves the message hidden; one with 0 releases it.
+r = sqs.change_message_visibility_batch(QueueUrl=q2, Entries=[
+    {"Id": "nothing", "ReceiptHandle": m["ReceiptHandle"]},
+    {"Id": "zero", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}])
+check([e["Id"] for e in r.get("Successful", [])] == ["zero"] and
+      [(e["Id"], e["Code"]) for e in r.get("Failed", [])] == [("nothing", "MissingParameter")],
+      f"ChangeMessageVisibilityBatch: no VisibilityTimeout is MissingParameter ({r.get('Failed')})")
+# VisibilityTimeout 0 is q's nack: the delivery ended, so its handle deletes
+# nothing even before the message is received again (SQS would delete it).
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
+m3 = sqs.receive_message(QueueUrl=q2)["Messages"][0]
+check(m3["MessageId"] == m["MessageId"],
+      "VisibilityTimeout 0 released it, and the old handle's DeleteMessage deleted nothing")
+# ChangeMessageVisibility(0) is q's nack, a new delivery: the old handle is
+# stale once the message is received again (README, differences from SQS).
+code = error_code(sqs.change_message_visibility, QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"],
+                  VisibilityTimeout=5)
+check(code in ("AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight"),
+      f"ChangeMessageVisibility with a stale handle: MessageNotInflight ({code})")
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m3["ReceiptHandle"])
+
+# AWSTraceHeader is accepted and not kept (README, differences from SQS).
+sqs.send_message(QueueUrl=q2, MessageBody="traced", MessageSystemAttributes={
+    "AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}})
+m = sqs.receive_message(QueueUrl=q2, AttributeNames=["All"])["Messages"][0]
+check(m["Body"] == "traced" and "AWSTraceHeader" not in m.get("Attributes", {}),
+      "AWSTraceHeader is accepted and not returned")
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
+
 # FIFO: each group in send order, one delivery of a group at a time.
 fifo = sqs.create_queue(QueueName=f"{prefix}-orders.fifo", Attributes={
     "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
