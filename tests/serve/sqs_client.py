@@ -231,6 +231,33 @@ check(m["Body"] == "traced" and "AWSTraceHeader" not in m.get("Attributes", {}),
       "AWSTraceHeader is accepted and not returned")
 sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
 
+# SetQueueAttributes, read back; DelaySeconds holds a message back.
+sq = sqs.create_queue(QueueName=f"{prefix}-set")["QueueUrl"]
+want = {"VisibilityTimeout": "7", "DelaySeconds": "2", "ReceiveMessageWaitTimeSeconds": "3",
+        "MessageRetentionPeriod": "3600", "MaximumMessageSize": "2048"}
+sqs.set_queue_attributes(QueueUrl=sq, Attributes=want)
+got = attrs(sq)
+check({k: got.get(k) for k in want} == want, f"SetQueueAttributes reads back ({got})")
+sqs.send_message(QueueUrl=sq, MessageBody="later")
+check(attrs(sq)["ApproximateNumberOfMessagesDelayed"] == "1", "the queue's DelaySeconds delays a send")
+code = error_code(sqs.send_message, QueueUrl=sq, MessageBody="x" * 2049)
+check(code == "InvalidParameterValue", f"MaximumMessageSize 2048 refuses 2049 bytes ({code})")
+code = error_code(sqs.set_queue_attributes, QueueUrl=sq, Attributes={"VisibilityTimeout": "43201"})
+check(code in ("InvalidAttributeValue", "InvalidParameterValue"),
+      f"SetQueueAttributes out of range is refused ({code})")
+check(sqs.get_queue_url(QueueName=f"{prefix}-set")["QueueUrl"] == sq, "GetQueueUrl")
+# CreateQueue of an existing queue with other settings.
+code = error_code(sqs.create_queue, QueueName=f"{prefix}-set", Attributes={"VisibilityTimeout": "8"})
+check(code in ("QueueAlreadyExists", "QueueNameExists"), f"QueueAlreadyExists ({code})")
+check(sqs.create_queue(QueueName=f"{prefix}-set", Attributes=want)["QueueUrl"] == sq,
+      "CreateQueue with the same settings gives the queue")
+# An action q serve does not have.
+for call, kw in ((sqs.tag_queue, {"Tags": {"team": "a"}}), (sqs.list_queue_tags, {})):
+    code = error_code(call, QueueUrl=sq, **kw)
+    check(code in ("AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation"),
+          f"{call.__name__}: UnsupportedOperation ({code})")
+sqs.delete_queue(QueueUrl=sq)
+
 # FIFO: each group in send order, one delivery of a group at a time.
 fifo = sqs.create_queue(QueueName=f"{prefix}-orders.fifo", Attributes={
     "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]

@@ -88,6 +88,18 @@ if [[ -x $AWS ]]; then
   assert_contains "$ERR" "NonExistentQueue" "named as SQS names it"
   run env AWS_SECRET_ACCESS_KEY=wrong AWS_ACCESS_KEY_ID=AKIAQSERVETEST "$AWS" --endpoint-url "$EP" sqs list-queues
   assert_contains "$ERR" "SignatureDoesNotMatch" "aws CLI with a wrong secret is refused"
+  # A client clock 20 minutes behind (libfaketime): outside SigV4's 15 minutes.
+  FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)
+  if [[ -n $FAKETIME_LIB ]]; then
+    run env LD_PRELOAD="$FAKETIME_LIB" FAKETIME=-1200 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+      "$AWS" --endpoint-url "$EP" sqs list-queues
+    assert_contains "$ERR" "RequestExpired" "aws CLI with its clock 20 min behind: RequestExpired"
+    run env LD_PRELOAD="$FAKETIME_LIB" FAKETIME=-600 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+      "$AWS" --endpoint-url "$EP" sqs list-queues
+    assert_eq 0 "$RC" "10 min behind is within the window: $ERR"
+  else
+    missing "libfaketime (Debian: libfaketime)"
+  fi
 else
   missing "no Debian aws CLI (/usr/bin/aws, package awscli)"
 fi
