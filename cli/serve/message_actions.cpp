@@ -85,13 +85,6 @@ json Service::Impl::sent_reply(const q::SendResult& r, const std::string& body,
   return out;
 }
 
-// FIFO replies carry a SequenceNumber: q's ids grow with each send.
-std::string Service::Impl::sequence_number(const std::string& id) {
-  std::uint64_t n = 0;
-  for (char c : id) n = n * 37 + static_cast<unsigned char>(c);
-  return std::to_string(n);
-}
-
 json Service::Impl::send_message(const json& in) {
   std::string queue = queue_from_url(str(in, "QueueUrl"));
   PendingSend pending;
@@ -456,10 +449,11 @@ json Service::Impl::change_message_visibility_batch(const json& in) {
     std::string id = str(e, "Id");
     try {
       std::string receipt = required(e, "ReceiptHandle");
+      // An entry without a timeout fails alone, as ChangeMessageVisibility
+      // does; taking it as 0 released the message at once.
+      if (!has(e, "VisibilityTimeout")) throw missing_parameter("VisibilityTimeout");
       q::Millis timeout =
-          has(e, "VisibilityTimeout")
-              ? integer(e["VisibilityTimeout"], "VisibilityTimeout", 0, 43200) * q::kSecond
-              : 0;
+          integer(e["VisibilityTimeout"], "VisibilityTimeout", 0, 43200) * q::kSecond;
       change_visibility(queue, receipt, timeout);
       ok.push_back({{"Id", id}});
     } catch (const SqsError& err) {

@@ -91,19 +91,19 @@ void Service::Impl::check_dlq_exists(const json& extra) {
 
 void Service::Impl::merge_settings(const std::string& queue, const json& extra) {
   if (extra.empty()) return;
-  json doc = settings();
-  json entry = doc.contains(queue) ? doc[queue] : json::object();
-  for (const auto& [k, v] : extra.items()) {
-    if (v.is_null())
-      entry.erase(k);
+  update_settings([&](json& doc) {
+    json entry = doc.contains(queue) ? doc[queue] : json::object();
+    for (const auto& [k, v] : extra.items()) {
+      if (v.is_null())
+        entry.erase(k);
+      else
+        entry[k] = v;
+    }
+    if (entry.empty())
+      doc.erase(queue);
     else
-      entry[k] = v;
-  }
-  if (entry.empty())
-    doc.erase(queue);
-  else
-    doc[queue] = entry;
-  save_settings(doc);
+      doc[queue] = entry;
+  });
 }
 
 json Service::Impl::create_queue(const json& in, const RequestInfo& info) {
@@ -287,11 +287,7 @@ json Service::Impl::delete_queue(const json& in) {
   std::lock_guard<std::mutex> lock(mutex);
   try {
     broker->delete_queue(queue);
-    json doc = settings();
-    if (doc.contains(queue)) {
-      doc.erase(queue);
-      save_settings(doc);
-    }
+    if (settings().contains(queue)) update_settings([&](json& doc) { doc.erase(queue); });
   } catch (const q::Error& e) {
     throw from_q(e, queue);
   }

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -127,18 +129,132 @@ void shut_connections(int port) {
   ::closedir(dir);
 }
 
+// The whole-request read deadline. cpp-httplib's read timeout bounds each
+// read, so a client sending a byte every few seconds held its connection (and
+// a thread) for as long as it liked. Every 250 ms the watchdog looks at each
+// connection on the port: once bytes of a request have arrived (the kernel's
+// count of bytes received grew since the last reply) and the handler has not
+// been reached within the read timeout, it answers 400 (plain HTTP; over TLS
+// it only closes) and shuts the connection. Connections in a handler (a long
+// poll) are left alone.
+class ReadDeadline {
+ public:
+  // The handler's side, keyed by the client's address and port.
+  void enter(const std::string& addr, int port) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& c = handlers_[{addr, port}];
+    ++c.busy;
+    ++c.entered;
+  }
+  void leave(const std::string& addr, int port) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --handlers_[{addr, port}].busy;
+  }
+  // One look at every connection on `port`; `now` is steady time.
+  void check(int port, std::chrono::steady_clock::time_point now, std::chrono::seconds limit,
+             bool tls) {
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (!dir) return;
+    std::map<std::pair<std::string, int>, Conn> seen;
+    while (dirent* e = ::readdir(dir)) {
+      int fd = std::atoi(e->d_name);
+      if (fd <= 2 || fd == ::dirfd(dir)) continue;
+      auto key = peer_on(fd, port);
+      if (!key) continue;
+      Info info{};
+      socklen_t len = sizeof info;
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+          len < offsetof(Info, bytes_received) + sizeof info.bytes_received)
+        continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      Conn c = conns_.count(*key) ? conns_[*key] : Conn{};
+      const Handled& h = handlers_[*key];
+      if (h.busy > 0 || h.entered != c.entered || info.bytes_acked != c.acked) {
+        // In a handler, or a reply went out since: what arrived so far is
+        // accounted for.
+        c.entered = h.entered;
+        c.acked = info.bytes_acked;
+        c.received = info.bytes_received;
+        c.started.reset();
+      } else if (info.bytes_received > c.received && !c.started) {
+        c.started = now;  // a request began
+      }
+      if (c.started && now - *c.started > limit) {
+        static const char reply[] =
+            "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+        if (!tls) (void)::send(fd, reply, sizeof reply - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::shutdown(fd, SHUT_RDWR);
+        c.started.reset();
+        c.received = info.bytes_received;
+      }
+      seen[*key] = c;
+    }
+    ::closedir(dir);
+    std::lock_guard<std::mutex> lock(mutex_);
+    conns_ = std::move(seen);
+    for (auto it = handlers_.begin(); it != handlers_.end();)
+      it = it->second.busy == 0 && !conns_.count(it->first) ? handlers_.erase(it) : std::next(it);
+  }
+
+ private:
+  // The kernel's struct tcp_info up to tcpi_bytes_received (Linux 4.1);
+  // glibc's ends before its byte counts.
+  struct Info {
+    tcp_info base;
+    std::uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+  };
+  struct Handled {
+    int busy = 0;
+    std::uint64_t entered = 0;
+  };
+  struct Conn {
+    std::uint64_t entered = 0, acked = 0, received = 0;
+    std::optional<std::chrono::steady_clock::time_point> started;
+  };
+  static std::optional<std::pair<std::string, int>> peer_on(int fd, int port) {
+    sockaddr_storage local{}, peer{};
+    socklen_t n = sizeof local, m = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0) return std::nullopt;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) != 0) return std::nullopt;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (local.ss_family == AF_INET && peer.ss_family == AF_INET) {
+      if (ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port) != port) return std::nullopt;
+      auto* p = reinterpret_cast<sockaddr_in*>(&peer);
+      ::inet_ntop(AF_INET, &p->sin_addr, text, sizeof text);
+      return std::pair<std::string, int>{text, ntohs(p->sin_port)};
+    }
+    if (local.ss_family == AF_INET6 && peer.ss_family == AF_INET6) {
+      if (ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port) != port) return std::nullopt;
+      auto* p = reinterpret_cast<sockaddr_in6*>(&peer);
+      ::inet_ntop(AF_INET6, &p->sin6_addr, text, sizeof text);
+      return std::pair<std::string, int>{text, ntohs(p->sin6_port)};
+    }
+    return std::nullopt;
+  }
+  std::mutex mutex_;
+  std::map<std::pair<std::string, int>, Handled> handlers_;
+  std::map<std::pair<std::string, int>, Conn> conns_;
+};
+
 struct Handler {
   Service& service;
   const Credentials* credentials;  // null: --insecure-no-auth
   bool tls;
   std::atomic<int>& in_flight;  // requests being answered
+  ReadDeadline& deadline;
 
   void operator()(const httplib::Request& req, httplib::Response& res) const {
     ++in_flight;
+    deadline.enter(req.remote_addr, req.remote_port);
     struct Done {
       std::atomic<int>& n;
-      ~Done() { --n; }
-    } done{in_flight};
+      ReadDeadline& deadline;
+      const httplib::Request& req;
+      ~Done() {
+        deadline.leave(req.remote_addr, req.remote_port);
+        --n;
+      }
+    } done{in_flight, deadline, req};
     std::string id = request_id();
     res.set_header("x-amzn-RequestId", id);
     std::string target = req.get_header_value("X-Amz-Target");
@@ -269,8 +385,9 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
     return httplib::Server::HandlerResponse::Handled;
   });
   std::atomic<int> in_flight{0};
-  Handler handler{service, credentials ? &*credentials : nullptr, o.tls_cert.has_value(),
-                  in_flight};
+  ReadDeadline deadline;
+  Handler handler{service, credentials ? &*credentials : nullptr, o.tls_cert.has_value(), in_flight,
+                  deadline};
   server->Post(".*", handler);
   server->Get(".*", handler);
 
@@ -313,6 +430,13 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
       }
     }
   });
+  std::thread watchdog([&] {
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      deadline.check(port, std::chrono::steady_clock::now(), std::chrono::seconds(o.read_timeout),
+                     o.tls_cert.has_value());
+    }
+  });
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop, &sig);
@@ -346,6 +470,7 @@ int serve(const ServeOptions& o, std::unique_ptr<q::Broker> broker, const q::Clo
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   waker.join();
+  watchdog.join();
   return ok ? 0 : 74;
 }
 

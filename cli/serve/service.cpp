@@ -1,8 +1,13 @@
 #include "cli/serve/service.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "libq/error.hpp"
+#include "libq/ids.hpp"
 #include "cli/serve/service_impl.hpp"
 
 namespace serve {
@@ -10,34 +15,84 @@ namespace serve {
 using nlohmann::json;
 
 // The settings doc: {"QUEUE": {"dlq": NAME, "wait": SECONDS}, ...}; the
-// newest message of kSettingsQueue (called with the mutex held).
+// newest message of kSettingsQueue, in flight or not (called with the mutex
+// held). A doc older than kSettingsRefresh is written again (unchanged), so it
+// never reaches the queue's retention while a q serve uses the file.
 json Service::Impl::settings() {
   try {
     auto all = broker->peek(kSettingsQueue, 1000);
     if (all.empty()) return json::object();
     auto doc = json::parse(all.back().body, nullptr, false);
-    return doc.is_object() ? doc : json::object();
+    if (!doc.is_object()) doc = json::object();
+    if (clock.now() - all.back().sent_at > kSettingsRefresh) {
+      try {
+        update_settings([](json&) {});
+      } catch (const std::exception&) {
+        // Read anyway; the next read tries again.
+      }
+    }
+    return doc;
   } catch (const q::Error& e) {
     if (e.kind() == q::ErrorKind::NotFound) return json::object();
     throw;
   }
 }
 
-// The new doc is stored before the old ones go, so a crash between the two
-// leaves the newest (the one read) standing.
-void Service::Impl::save_settings(const json& doc) {
-  auto sent = broker->send(kSettingsQueue, {q::OutgoingMessage{doc.dump(), {}, {}, {}}}, {});
-  q::ReceiveOptions options;
-  options.max_messages = 100;
-  auto old = broker->receive(kSettingsQueue, options);
-  std::vector<std::string> receipts;
-  for (const auto& m : old) {
-    if (m.id == sent[0].id)
-      broker->nack(kSettingsQueue, m.receipt, {});
-    else
-      receipts.push_back(m.receipt);
+// A read-modify-write of the doc that another q serve on the same file or
+// cluster cannot interleave with: the writer receives the docs (q's lease
+// makes it their only holder; another writer receives nothing and waits),
+// applies `change` to the newest, sends the result, and acks what it received.
+// Should the lease have run out before the ack (the ack is stale), another
+// writer may have read the old doc meanwhile: the change is applied again to
+// whatever is newest then, so neither update is lost. The new doc is stored
+// before the old ones go, so a crash between the two leaves the newest
+// standing; a crashed writer's lease lapses after kSettingsLease.
+void Service::Impl::update_settings(const std::function<void(json&)>& change) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + 3 * std::chrono::milliseconds(kSettingsLease);
+  for (;;) {
+    // Looked at first (a read): receiving is a write, not to be repeated
+    // every few milliseconds while another writer holds the doc.
+    auto docs = broker->peek(kSettingsQueue, 1000);
+    if (docs.empty()) {
+      // No doc yet (or it was purged): an empty one to take. Writers that
+      // meet here each store one; the next receive takes them all.
+      broker->send(kSettingsQueue, {q::OutgoingMessage{"{}", {}, {}, {}}}, {});
+      continue;
+    }
+    std::vector<q::Message> held;
+    if (std::any_of(docs.begin(), docs.end(),
+                    [](const q::Message& m) { return m.state == q::MessageState::Visible; })) {
+      q::ReceiveOptions options;
+      options.max_messages = 100;
+      options.visibility_timeout = kSettingsLease;
+      held = broker->receive(kSettingsQueue, options);
+    }
+    if (held.empty()) {
+      // Another writer holds the doc.
+      if (std::chrono::steady_clock::now() > deadline)
+        throw SqsError(503, "ServiceUnavailable", "ServiceUnavailable",
+                       "another q serve is changing the settings (q-serve.settings); try again",
+                       false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    // The newest by send (a doc whose lease lapsed is received in the order
+    // it became visible again).
+    auto newest = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
+      return q::parse_message_id(a.id).value_or(0) < q::parse_message_id(b.id).value_or(0);
+    });
+    json doc = json::parse(newest->body, nullptr, false);
+    if (!doc.is_object()) doc = json::object();
+    change(doc);
+    broker->send(kSettingsQueue, {q::OutgoingMessage{doc.dump(), {}, {}, {}}}, {});
+    std::vector<std::string> receipts;
+    for (const auto& m : held) receipts.push_back(m.receipt);
+    bool stale = false;
+    for (const auto& r : broker->ack(kSettingsQueue, receipts))
+      stale = stale || r.outcome == q::ReceiptOutcome::Stale;
+    if (!stale) return;
   }
-  if (!receipts.empty()) broker->ack(kSettingsQueue, receipts);
 }
 
 std::string Service::Impl::url(const RequestInfo& info, const std::string& queue) const {
@@ -60,8 +115,13 @@ Service::Service(std::unique_ptr<q::Broker> broker, const q::Clock& clock)
   // commit a new file is staged, and other creators in its directory wait.
   q::ConfigChange change;
   change.max_receives = 0;
-  change.retention = 365 * q::kDay;
-  impl_->broker->create_queue(kSettingsQueue, change);
+  change.retention = kSettingsRetention;
+  bool created = impl_->broker->create_queue(kSettingsQueue, change);
+  // A doc near the end of its retention is refreshed now, not at the next read.
+  if (!created) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->settings();
+  }
   impl_->all_or_nothing = impl_->broker->capabilities().all_or_nothing;
 }
 Service::~Service() = default;

@@ -25,6 +25,13 @@ constexpr const char* kAccount = "000000000000";
 // ReceiveMessageWaitTimeSeconds) are kept as JSON in this queue of the same
 // file or cluster, so every q serve on it agrees; it is left out of ListQueues.
 constexpr const char* kSettingsQueue = "q-serve.settings";
+// Its retention is the longest q allows; q counts it from the send, so the doc
+// is written again when it is older than kSettingsRefresh (at start and on a
+// read): it lapses only if no q serve starts or reads it for that long.
+constexpr q::Millis kSettingsRetention = 365 * q::kDay;
+constexpr q::Millis kSettingsRefresh = 30 * q::kDay;
+// How long a writer of the doc holds it (update_settings).
+constexpr q::Millis kSettingsLease = 10 * q::kSecond;
 
 struct RequestInfo {
   std::string host;    // the Host header: queue URLs are http://HOST/ACCOUNT/QUEUE

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -74,7 +75,7 @@ struct Service::Impl {
 
   // service.cpp: the settings doc, URLs and ARNs, waking long polls
   json settings();
-  void save_settings(const json& doc);
+  void update_settings(const std::function<void(json&)>& change);
   std::string url(const RequestInfo& info, const std::string& queue) const;
   static std::string arn(const RequestInfo& info, const std::string& queue);
   void bump();
@@ -101,7 +102,6 @@ struct Service::Impl {
                               std::optional<q::Millis>& delay);
   json sent_reply(const q::SendResult& r, const std::string& body, const AttributeMap& attributes,
                   bool fifo);
-  static std::string sequence_number(const std::string& id);
   json send_message(const json& in);
   void commit_sends(const std::vector<PendingSend*>& batch);
   void commit_deletes(const std::vector<PendingDelete*>& batch);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/serve/service.hpp"
+#include "libq/ids.hpp"
 
 namespace serve {
 
@@ -132,6 +133,10 @@ std::vector<std::string> names(const json& in, const char* key) {
 }
 
 std::string seconds(q::Millis ms) { return std::to_string(ms / 1000); }
+
+std::string sequence_number(const std::string& id) {
+  return fmt::format("{:020}", q::parse_message_id(id).value_or(0));
+}
 
 SqsError from_q(const q::Error& e, const std::string& queue) {
   switch (e.kind()) {

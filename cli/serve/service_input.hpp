@@ -35,6 +35,10 @@ bool valid_body(const std::string& s);
 bool wanted(const std::vector<std::string>& names, const std::string& name);
 std::vector<std::string> names(const nlohmann::json& in, const char* key);
 std::string seconds(q::Millis ms);
+// A FIFO message's SequenceNumber: the queue's sequence number in its id
+// (q's ids are 'm' and that number in hex), in decimal zero-padded to 20
+// digits, so that it grows with the send order compared as a number or as text.
+std::string sequence_number(const std::string& id);
 SqsError from_q(const q::Error& e, const std::string& queue);
 
 }  // namespace serve

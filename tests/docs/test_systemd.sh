@@ -12,7 +12,8 @@
 # - every service is sandboxed: `systemd-analyze security --offline=true`
 #   rates its exposure 3.0 or below; q-work@ and q-drain@ run as the user q
 #   (declared in systemd/q.sysusers, which systemd-sysusers accepts), with
-#   StateDirectory=q (mode 2770), UMask=0007 and the hardening the README lists, yet keep
+#   StateDirectory=q (mode 2770, as every unit with StateDirectory=q has),
+#   UMask=0007 and the hardening the README lists, yet keep
 #   the network (no PrivateNetwork=, IPAddressDeny=; AF_INET, AF_INET6 and
 #   AF_UNIX allowed) and /var/lib/q writable for their handlers;
 # - q-stats.service skips its run (ExecCondition= exits 1) instead of failing
@@ -79,6 +80,13 @@ for u in "$units"/q-work@.service "$units"/q-drain@.service "$units"/q-stats.ser
   done
   setting "$u" SystemCallFilter | head -n 1 | grep -qx '@system-service' ||
     fail "$n: SystemCallFilter= does not start from @system-service"
+done
+# Every unit that shares StateDirectory=q (q-serve and the NATS ones too) keeps
+# its set-group-ID bit: systemd re-modes /var/lib/q to the StateDirectoryMode=
+# of whichever unit starts, so one 0770 would drop the bit for all.
+for u in "$units"/*.service; do
+  setting "$u" StateDirectory | grep -qx q || continue
+  has "$u" StateDirectoryMode 2770
 done
 for u in "$units"/q-work@.service "$units"/q-drain@.service; do
   # Handlers keep the network and read the home directories.

@@ -194,6 +194,70 @@ check(len(r["Successful"]) == len(got) and not r.get("Failed"), "DeleteMessageBa
 code = error_code(sqs.receive_message, QueueUrl=q2, MaxNumberOfMessages=11)
 check(code == "InvalidParameterValue", f"MaxNumberOfMessages 11 refused ({code})")
 
+# ChangeMessageVisibility above 0 extends the lease from now, the handle staying good.
+sqs.send_message(QueueUrl=q2, MessageBody="cmv")
+m = sqs.receive_message(QueueUrl=q2, VisibilityTimeout=1)["Messages"][0]
+sqs.change_message_visibility(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=30)
+time.sleep(1.5)
+check(not sqs.receive_message(QueueUrl=q2).get("Messages"),
+      "ChangeMessageVisibility 30 keeps it hidden past its first timeout of 1 s")
+# ChangeMessageVisibilityBatch: an entry without VisibilityTimeout fails alone
+# (MissingParameter) and leaves the message hidden; one with 0 releases it.
+r = sqs.change_message_visibility_batch(QueueUrl=q2, Entries=[
+    {"Id": "nothing", "ReceiptHandle": m["ReceiptHandle"]},
+    {"Id": "zero", "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}])
+check([e["Id"] for e in r.get("Successful", [])] == ["zero"] and
+      [(e["Id"], e["Code"]) for e in r.get("Failed", [])] == [("nothing", "MissingParameter")],
+      f"ChangeMessageVisibilityBatch: no VisibilityTimeout is MissingParameter ({r.get('Failed')})")
+# VisibilityTimeout 0 is q's nack: the delivery ended, so its handle deletes
+# nothing even before the message is received again (SQS would delete it).
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
+m3 = sqs.receive_message(QueueUrl=q2)["Messages"][0]
+check(m3["MessageId"] == m["MessageId"],
+      "VisibilityTimeout 0 released it, and the old handle's DeleteMessage deleted nothing")
+# ChangeMessageVisibility(0) is q's nack, a new delivery: the old handle is
+# stale once the message is received again (README, differences from SQS).
+code = error_code(sqs.change_message_visibility, QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"],
+                  VisibilityTimeout=5)
+check(code in ("AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight"),
+      f"ChangeMessageVisibility with a stale handle: MessageNotInflight ({code})")
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m3["ReceiptHandle"])
+
+# AWSTraceHeader is accepted and not kept (README, differences from SQS).
+sqs.send_message(QueueUrl=q2, MessageBody="traced", MessageSystemAttributes={
+    "AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}})
+m = sqs.receive_message(QueueUrl=q2, AttributeNames=["All"])["Messages"][0]
+check(m["Body"] == "traced" and "AWSTraceHeader" not in m.get("Attributes", {}),
+      "AWSTraceHeader is accepted and not returned")
+sqs.delete_message(QueueUrl=q2, ReceiptHandle=m["ReceiptHandle"])
+
+# SetQueueAttributes, read back; DelaySeconds holds a message back.
+sq = sqs.create_queue(QueueName=f"{prefix}-set")["QueueUrl"]
+want = {"VisibilityTimeout": "7", "DelaySeconds": "2", "ReceiveMessageWaitTimeSeconds": "3",
+        "MessageRetentionPeriod": "3600", "MaximumMessageSize": "2048"}
+sqs.set_queue_attributes(QueueUrl=sq, Attributes=want)
+got = attrs(sq)
+check({k: got.get(k) for k in want} == want, f"SetQueueAttributes reads back ({got})")
+sqs.send_message(QueueUrl=sq, MessageBody="later")
+check(attrs(sq)["ApproximateNumberOfMessagesDelayed"] == "1", "the queue's DelaySeconds delays a send")
+code = error_code(sqs.send_message, QueueUrl=sq, MessageBody="x" * 2049)
+check(code == "InvalidParameterValue", f"MaximumMessageSize 2048 refuses 2049 bytes ({code})")
+code = error_code(sqs.set_queue_attributes, QueueUrl=sq, Attributes={"VisibilityTimeout": "43201"})
+check(code in ("InvalidAttributeValue", "InvalidParameterValue"),
+      f"SetQueueAttributes out of range is refused ({code})")
+check(sqs.get_queue_url(QueueName=f"{prefix}-set")["QueueUrl"] == sq, "GetQueueUrl")
+# CreateQueue of an existing queue with other settings.
+code = error_code(sqs.create_queue, QueueName=f"{prefix}-set", Attributes={"VisibilityTimeout": "8"})
+check(code in ("QueueAlreadyExists", "QueueNameExists"), f"QueueAlreadyExists ({code})")
+check(sqs.create_queue(QueueName=f"{prefix}-set", Attributes=want)["QueueUrl"] == sq,
+      "CreateQueue with the same settings gives the queue")
+# An action q serve does not have.
+for call, kw in ((sqs.tag_queue, {"Tags": {"team": "a"}}), (sqs.list_queue_tags, {})):
+    code = error_code(call, QueueUrl=sq, **kw)
+    check(code in ("AWS.SimpleQueueService.UnsupportedOperation", "UnsupportedOperation"),
+          f"{call.__name__}: UnsupportedOperation ({code})")
+sqs.delete_queue(QueueUrl=sq)
+
 # FIFO: each group in send order, one delivery of a group at a time.
 fifo = sqs.create_queue(QueueName=f"{prefix}-orders.fifo", Attributes={
     "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
@@ -214,6 +278,22 @@ check([b for b in order if b[0] == "a"] == ["a0", "a2", "a4"] and
       f"FIFO groups in order, the duplicate dropped ({order})")
 code = error_code(sqs.send_message, QueueUrl=fifo, MessageBody="x")
 check(code == "MissingParameter", f"FIFO without MessageGroupId refused ({code})")
+# SequenceNumber grows with the send order within a group, across 20 sends
+# (so across a carry of q's hex ids, m1f then m20), in the replies and received.
+seqs = [sqs.send_message(QueueUrl=fifo, MessageBody=f"s{i}", MessageGroupId="s")["SequenceNumber"]
+        for i in range(20)]
+check(all(int(a) < int(b) for a, b in zip(seqs, seqs[1:])),
+      f"SequenceNumber grows with each send ({seqs[0]}..{seqs[-1]})")
+got = []
+while len(got) < 20:
+    ms = sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10,
+                             AttributeNames=["All"]).get("Messages", [])
+    if not ms:
+        break
+    for m in ms:
+        got.append(m["Attributes"]["SequenceNumber"])
+        sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+check(got == seqs, "received in that order with the same SequenceNumbers")
 
 # A long poll woken by a send.
 lp = sqs.create_queue(QueueName=f"{prefix}-longpoll")["QueueUrl"]

@@ -88,6 +88,18 @@ if [[ -x $AWS ]]; then
   assert_contains "$ERR" "NonExistentQueue" "named as SQS names it"
   run env AWS_SECRET_ACCESS_KEY=wrong AWS_ACCESS_KEY_ID=AKIAQSERVETEST "$AWS" --endpoint-url "$EP" sqs list-queues
   assert_contains "$ERR" "SignatureDoesNotMatch" "aws CLI with a wrong secret is refused"
+  # A client clock 20 minutes behind (libfaketime): outside SigV4's 15 minutes.
+  FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n1)
+  if [[ -n $FAKETIME_LIB ]]; then
+    run env LD_PRELOAD="$FAKETIME_LIB" FAKETIME=-1200 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+      "$AWS" --endpoint-url "$EP" sqs list-queues
+    assert_contains "$ERR" "RequestExpired" "aws CLI with its clock 20 min behind: RequestExpired"
+    run env LD_PRELOAD="$FAKETIME_LIB" FAKETIME=-600 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+      "$AWS" --endpoint-url "$EP" sqs list-queues
+    assert_eq 0 "$RC" "10 min behind is within the window: $ERR"
+  else
+    missing "libfaketime (Debian: libfaketime)"
+  fi
 else
   missing "no Debian aws CLI (/usr/bin/aws, package awscli)"
 fi
@@ -124,18 +136,30 @@ else
 fi
 
 # npm's @aws-sdk/client-sqs (JSON).
+# Pinned: 3.967.0 is the last 3.x whose engines allow Debian 12's Node 18 as
+# well as Node 20 (3.1000.0 and later need Node >= 20). serve_clients and
+# serve_clients_nats share NPM_DIR and ctest runs them at once, so the
+# install is done under a lock on NPM_DIR.lock: the second waits for the first
+# and then finds the package installed.
+SDK_VERSION=3.967.0
+sdk_json=$NPM_DIR/node_modules/@aws-sdk/client-sqs/package.json
+sdk_ok() { [[ $(jq -r .version "$sdk_json" 2>/dev/null) == "$SDK_VERSION" ]]; }
 if command -v node >/dev/null && command -v npm >/dev/null; then
-  if [[ ! -d $NPM_DIR/node_modules/@aws-sdk/client-sqs ]]; then
-    mkdir -p "$NPM_DIR"
-    (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent @aws-sdk/client-sqs@3 >/dev/null 2>&1)
-  fi
-  if [[ -d $NPM_DIR/node_modules/@aws-sdk/client-sqs ]]; then
+  mkdir -p "$NPM_DIR"
+  (
+    flock -w 240 9 || exit 1
+    # A package.json of its own, so npm installs here, not in a parent's.
+    [[ -f $NPM_DIR/package.json ]] || echo '{"private": true}' >"$NPM_DIR/package.json"
+    sdk_ok || (cd "$NPM_DIR" && npm install --no-audit --no-fund --silent \
+                 "@aws-sdk/client-sqs@$SDK_VERSION" >"$T/npm.log" 2>&1)
+  ) 9>"$NPM_DIR.lock"
+  if sdk_ok; then
     run env NODE_PATH="$NPM_DIR/node_modules" node "$HERE/sqs_client.mjs" "$EP" AKIAQSERVETEST q-serve-test-secret nd
     assert_eq 0 "$RC" "node @aws-sdk/client-sqs: $OUT $ERR"
     run "$Q" stats nd-signups --json
     assert_eq "12 0" "$(jq -r '"\(.visible) \(.dead)"' <<<"$OUT")" "q stats: the redriven messages (node)"
   else
-    missing "npm could not install @aws-sdk/client-sqs into $NPM_DIR"
+    missing "npm could not install @aws-sdk/client-sqs@$SDK_VERSION into $NPM_DIR: $(tail -5 "$T/npm.log" 2>/dev/null)"
   fi
 else
   missing "no node/npm"

@@ -62,3 +62,23 @@ sqs ReceiveMessage "QueueUrl=$WORK" MaxNumberOfMessages=10
 assert_eq "poison-1 poison-2" "$(bodies)" "the dead letters are back in work"
 run "$Q" dlq list work --json
 assert_eq 0 "$(grep -c . <<<"$OUT")" "and no longer dead"
+
+# PurgeQueue on the target removes what was sent to it, not the dead letters it
+# counts: they are the source's. DeleteQueue of the source deletes them (q
+# delete), and the target no longer counts them (README, differences from SQS).
+sqs CreateQueue QueueName=work2 Attribute.1.Name=RedrivePolicy \
+  "Attribute.1.Value={\"deadLetterTargetArn\":\"$ARN\",\"maxReceiveCount\":1}"
+WORK2=$EP/000000000000/work2
+sqs SendMessage "QueueUrl=$WORK2" MessageBody=poison-3
+sqs ReceiveMessage "QueueUrl=$WORK2" VisibilityTimeout=0
+sqs ReceiveMessage "QueueUrl=$WORK2"
+sqs SendMessage "QueueUrl=$DEAD" MessageBody=direct-2
+sqs PurgeQueue "QueueUrl=$DEAD"
+assert_eq 200 "$CODE" "PurgeQueue on the target: $OUT"
+run "$Q" stats dead --json
+assert_eq "0 0" "$(jq -r '"\(.visible) \(.in_flight)"' <<<"$OUT")" "PurgeQueue emptied the target's own messages"
+assert_eq 1 "$(attr "$DEAD" ApproximateNumberOfMessages)" "PurgeQueue on the target leaves the dead letter of work2 it counts"
+sqs DeleteQueue "QueueUrl=$WORK2"
+assert_eq 200 "$CODE" "DeleteQueue work2: $OUT"
+assert_eq 0 "$(attr "$DEAD" ApproximateNumberOfMessages)" "DeleteQueue of the source deleted its dead letter"
+assert_exit 66 "$Q" dlq list work2

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # q serve's bounds, with curl: a body over --max-request-size is refused with
 # 413 before it is read, a connection beyond --max-connections gets 503 at
-# once, a client that stalls half-way through a request is cut off after the
-# read timeout, a flood of connections gets 503 without a thread each, and
+# once, a client that stalls half-way through a request, or trickles it a byte
+# at a time, is cut off after the read timeout, a flood of connections gets 503 without a thread each, and
 # --tls-cert/--tls-key serve HTTPS.
 #   test_serve_limits.sh PATH_TO_q    (q-serve beside q)
 source "$(dirname "$0")/../e2e/lib.sh" "$1"
@@ -71,6 +71,21 @@ took=$(($(now_ms) - slow_start))
 exec 4>&- 5>&-
 run curl -s -o /dev/null -w '%{http_code}' --max-time 5 -d 'Action=ListQueues' "$EP/"
 assert_eq 200 "$OUT" "served after the stalled clients are gone"
+# A client trickling a byte every 2 s never waits 10 s for one read, yet is cut
+# off 10 s into its request: the read timeout is for the whole request.
+exec 4<>"/dev/tcp/127.0.0.1/$PORT"
+slow_start=$(now_ms)
+(printf 'POST / HTTP/1.1\r\nHost: x\r\nX-Slow: ' >&4
+ for _ in $(seq 30); do sleep 2; printf 'x' >&4 || exit 0; done) 2>/dev/null &
+trickler=$!
+status=""
+read -r -t "$((30 * ${Q_TEST_TIME_SCALE:-1}))" status <&4
+took=$(($(now_ms) - slow_start))
+assert_contains "$status" "400" "a client trickling its headers is answered 400"
+((took < 10000 + 5000 * ${Q_TEST_TIME_SCALE:-1})) || fail "cut off at the read timeout (10 s) in all, not per read: ${took} ms"
+kill "$trickler" 2>/dev/null
+wait "$trickler" 2>/dev/null
+exec 4>&-
 
 # A flood: 3 connections held idle take the 3 threads; 60 more at once all
 # get 503 from the one refusing thread, and no thread is made for them.
