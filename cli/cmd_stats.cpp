@@ -50,6 +50,7 @@ std::string stats_json(const q::QueueStats& s) {
       .num("redriven", static_cast<long long>(c.redriven))
       .num("expired", static_cast<long long>(c.expired))
       .num("deduplicated", static_cast<long long>(c.deduplicated))
+      .num("stale_acks", static_cast<long long>(c.stale_acks))
       .time("created_at", s.created_at);
   o.str("kind", s.config.fifo ? "fifo" : "standard");
   if (s.config.fifo)
@@ -98,9 +99,9 @@ std::string stats_table(const std::vector<q::QueueStats>& all, bool one_queue) {
   const auto& c = s.counters;
   out += fmt::format(
       "\nlifetime: sent {}, received {}, acked {}, nacked {}, dead-lettered {}, redriven {}, "
-      "expired {}, deduplicated {}\n",
-      c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired,
-      c.deduplicated);
+      "expired {}, deduplicated {}, stale acks {}\n",
+      c.sent, c.received, c.acked, c.nacked, c.dead_lettered, c.redriven, c.expired, c.deduplicated,
+      c.stale_acks);
   return out;
 }
 
@@ -170,7 +171,10 @@ std::string prometheus(const std::vector<q::QueueStats>& all, const std::string&
       {"q_expired_total", "Messages and dead letters removed by retention.",
        &q::QueueCounters::expired},
       {"q_deduplicated_total", "Sends stored nothing: a duplicate dedup id.",
-       &q::QueueCounters::deduplicated}};
+       &q::QueueCounters::deduplicated},
+      {"q_stale_acks_total",
+       "Acks refused as stale: the lease had run out and the message went again (work done twice).",
+       &q::QueueCounters::stale_acks}};
   for (const auto& c : counters) {
     family(c.name, "counter", c.help);
     for (const auto& s : all)

@@ -89,6 +89,11 @@ struct QueueCounters {
   std::uint64_t redriven = 0;
   std::uint64_t expired = 0;
   std::uint64_t deduplicated = 0;
+  // Acks refused because their receipt was stale: the delivery had ended,
+  // most often because its lease ran out and the message went to another
+  // consumer (its work done twice), also by an ack repeated or made after a
+  // nack.
+  std::uint64_t stale_acks = 0;
 };
 
 // A paused queue delivers nothing (receive finds nothing) and accepts sends.

@@ -69,8 +69,8 @@ std::string everything(Broker& broker) {
     out << s.name << " visible " << s.visible << " in_flight " << s.in_flight << " delayed "
         << s.delayed << " dead " << s.dead << " groups " << s.groups << "/" << s.held_groups
         << " counters " << c.sent << " " << c.received << " " << c.acked << " " << c.nacked << " "
-        << c.dead_lettered << " " << c.redriven << " " << c.expired << " " << c.deduplicated
-        << "\n";
+        << c.dead_lettered << " " << c.redriven << " " << c.expired << " " << c.deduplicated << " "
+        << c.stale_acks << "\n";
     broker.export_messages(s.name, [&](const Message& m) {
       out << "  " << m.id << " " << to_string(m.state) << " " << m.body << " rc " << m.receive_count
           << " reason '" << m.reason << "' dedup '" << m.dedup_id << "' group '" << m.group
@@ -244,6 +244,24 @@ TEST_F(FormatTest, Format3IsRefused) {
         << e.what();
   }
   EXPECT_EQ(file_bytes(path_), original);
+}
+
+TEST(Records, AQueueRecordKeepsVersion1UntilAStaleAckIsCounted) {
+  store::QueueRecord q;
+  q.qid = 7;
+  q.counters.acked = 3;
+  auto plain = store::encode(q);
+  EXPECT_EQ(static_cast<unsigned char>(plain.at(4)), 1u);  // after the CRC: what older q reads
+  q.counters.stale_acks = 2;
+  auto counted = store::encode(q);
+  EXPECT_EQ(static_cast<unsigned char>(counted.at(4)), 2u);
+  EXPECT_EQ(counted.size(), plain.size() + 8);
+  auto back = store::decode_queue(counted);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->counters.stale_acks, 2u);
+  EXPECT_EQ(back->counters.acked, 3u);
+  EXPECT_EQ(store::encode(*back), counted);
+  EXPECT_EQ(store::decode_queue(plain)->counters.stale_acks, 0u);
 }
 
 TEST(Records, Format2ValuesCarryAChecksumAndAVersion) {

@@ -224,10 +224,13 @@ json Service::Impl::send_message_batch(const json& in) {
 
 json Service::Impl::message_json(const q::Message& m, const std::vector<std::string>& system,
                                  const std::vector<std::string>& attribute_names) {
+  // A body q send stored as bytes SQS cannot carry is given as text with
+  // U+FFFD in their place, and its MD5 is that text's, which the SDKs check.
+  std::string body = sqs_text(m.body);
   json out = {{"MessageId", m.id},
               {"ReceiptHandle", m.receipt},
-              {"MD5OfBody", hex(md5(m.body))},
-              {"Body", m.body}};
+              {"MD5OfBody", hex(md5(body))},
+              {"Body", std::move(body)}};
   json a = json::object();
   auto put = [&](const char* name, const std::string& value) {
     if (wanted(system, name)) a[name] = value;

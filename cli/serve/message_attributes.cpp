@@ -97,6 +97,7 @@ AttributeMap from_q(const q::Attributes& attributes) {
     Attribute a{types.count(k) ? types[k] : "String", v};
     if (a.type.compare(0, 6, "Binary") == 0 && !base64_decode(v, a.value))
       a.type = "String", a.value = v;
+    if (a.type.compare(0, 6, "Binary") != 0) a.value = sqs_text(a.value);
     out[k] = a;
   }
   return out;

@@ -297,7 +297,10 @@ struct Handler {
       }
       json out = service.call(action, in, info);
       if (json_protocol)
-        res.set_content(out.dump(), "application/x-amz-json-1.0");
+        // Replace, not throw: text from a request (an action name, a value
+        // echoed in an error) may not be UTF-8; a reply is always sent.
+        res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace),
+                        "application/x-amz-json-1.0");
       else
         res.set_content(xml_reply(action, out, id), "text/xml");
     } catch (const SqsError& e) {

@@ -83,36 +83,55 @@ bool valid_batch_id(const std::string& id) {
 }
 
 // SQS accepts #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF in UTF-8.
-bool valid_body(const std::string& s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = s[i];
-    std::uint32_t cp;
-    std::size_t n;
-    if (c < 0x80) {
-      cp = c, n = 1;
-    } else if ((c & 0xE0) == 0xC0) {
-      cp = c & 0x1F, n = 2;
-    } else if ((c & 0xF0) == 0xE0) {
-      cp = c & 0x0F, n = 3;
-    } else if ((c & 0xF8) == 0xF0) {
-      cp = c & 0x07, n = 4;
-    } else {
-      return false;
-    }
-    if (i + n > s.size()) return false;
-    for (std::size_t k = 1; k < n; ++k) {
-      unsigned char d = s[i + k];
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    bool ok = cp == 0x9 || cp == 0xA || cp == 0xD || (cp >= 0x20 && cp <= 0xD7FF) ||
-              (cp >= 0xE000 && cp <= 0xFFFD) || (cp >= 0x10000 && cp <= 0x10FFFF);
-    if (!ok || (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000))
-      return false;
-    i += n;
+// Returns how many bytes the character at s[i] takes when it is one of those,
+// 0 when it is not (a byte that starts no character, a truncated or overlong
+// sequence, a surrogate, a control character).
+static std::size_t sqs_char(const std::string& s, std::size_t i) {
+  unsigned char c = s[i];
+  std::uint32_t cp;
+  std::size_t n;
+  if (c < 0x80) {
+    cp = c, n = 1;
+  } else if ((c & 0xE0) == 0xC0) {
+    cp = c & 0x1F, n = 2;
+  } else if ((c & 0xF0) == 0xE0) {
+    cp = c & 0x0F, n = 3;
+  } else if ((c & 0xF8) == 0xF0) {
+    cp = c & 0x07, n = 4;
+  } else {
+    return 0;
   }
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    unsigned char d = s[i + k];
+    if ((d & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (d & 0x3F);
+  }
+  bool ok = cp == 0x9 || cp == 0xA || cp == 0xD || (cp >= 0x20 && cp <= 0xD7FF) ||
+            (cp >= 0xE000 && cp <= 0xFFFD) || (cp >= 0x10000 && cp <= 0x10FFFF);
+  if (!ok || (n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000)) return 0;
+  return n;
+}
+
+bool valid_body(const std::string& s) {
+  for (std::size_t i = 0, n; i < s.size(); i += n)
+    if ((n = sqs_char(s, i)) == 0) return false;
   return true;
+}
+
+std::string sqs_text(const std::string& s) {
+  if (valid_body(s)) return s;
+  std::string out;
+  for (std::size_t i = 0, n; i < s.size(); i += n) {
+    n = sqs_char(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the byte that starts no valid character
+      n = 1;
+    } else {
+      out.append(s, i, n);
+    }
+  }
+  return out;
 }
 
 bool wanted(const std::vector<std::string>& names, const std::string& name) {

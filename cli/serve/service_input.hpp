@@ -31,6 +31,10 @@ std::string queue_from_arn(const std::string& arn, const char* field);
 bool valid_batch_id(const std::string& id);
 // SQS accepts #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF in UTF-8.
 bool valid_body(const std::string& s);
+// `s` as an SQS client can be given it: each byte that starts no character
+// valid_body() accepts becomes U+FFFD. A body `q send` stored that is not
+// such text (binary, control characters) reaches SQS clients this way.
+std::string sqs_text(const std::string& s);
 // NAME is among the wanted names (All, .*, PREFIX.*).
 bool wanted(const std::vector<std::string>& names, const std::string& name);
 std::vector<std::string> names(const nlohmann::json& in, const char* key);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "cli/serve/service_input.hpp"
 #include "libq/location.hpp"
 
 namespace serve {
@@ -11,7 +12,10 @@ using nlohmann::json;
 
 namespace {
 
-std::string escape(const std::string& s) {
+std::string escape(const std::string& text) {
+  // XML 1.0 has no way to write most control characters or bytes that are
+  // not UTF-8: they are U+FFFD, so a client can always parse the reply.
+  const std::string s = sqs_text(text);
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -231,7 +235,9 @@ std::string xml_error(const SqsError& e, const std::string& request_id) {
 }
 
 std::string json_error(const SqsError& e) {
-  return json{{"__type", "com.amazonaws.sqs#" + e.json_type}, {"message", e.what()}}.dump();
+  // A message may quote the request's bytes, UTF-8 or not: replaced, never thrown.
+  return json{{"__type", "com.amazonaws.sqs#" + e.json_type}, {"message", e.what()}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace serve

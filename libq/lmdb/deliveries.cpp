@@ -149,6 +149,7 @@ ReceiptResult LmdbBroker::ack_in(QueueView& view, const std::string& receipt) {
     result.outcome =
         e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
     result.detail = e.what();
+    if (result.outcome == ReceiptOutcome::Stale) ++view.rec.counters.stale_acks;
   }
   return result;
 }
@@ -197,9 +198,14 @@ AckSendResult LmdbBroker::do_ack_and_send(const std::string& queue, const std::s
   AckSendResult result;
   auto acked = ack_in(view, receipt);
   if (acked.outcome != ReceiptOutcome::Done) {
-    // Nothing is written: the output of a run whose lease was lost is not sent.
+    // The output of a run whose lease was lost is not sent; a stale ack is
+    // counted all the same.
     result.outcome = acked.outcome;
     result.detail = acked.detail;
+    if (acked.outcome == ReceiptOutcome::Stale) {
+      view.save();
+      txn.commit();
+    }
     return result;
   }
   view.save();

@@ -13,7 +13,10 @@ constexpr std::uint8_t kAttemptsVersion = 1;
 constexpr std::uint8_t kWorkerVersion = 1;
 constexpr std::uint8_t kPauseVersion = 1;
 constexpr std::uint8_t kBodyVersion = 1;
+// Queue records without a stale ack counted keep version 1 (what older q
+// wrote and reads); version 2 appends the count of stale acks.
 constexpr std::uint8_t kQueueVersion = 1;
+constexpr std::uint8_t kQueueVersionStale = 2;
 constexpr std::uint8_t kGroupVersion = 1;
 constexpr std::uint8_t kDedupVersion = 1;
 constexpr std::uint8_t kDoneVersion = 1;
@@ -107,7 +110,7 @@ std::optional<Body> decode_body(std::string_view bytes) {
 }
 
 std::string encode(const QueueRecord& q) {
-  Writer w(kQueueVersion);
+  Writer w(q.counters.stale_acks ? kQueueVersionStale : kQueueVersion);
   w.u32(q.qid);
   w.i64(q.created_at);
   w.i64(q.config.visibility_timeout);
@@ -132,12 +135,14 @@ std::string encode(const QueueRecord& q) {
   w.u64(q.delayed);
   w.u64(q.leased);
   w.u64(q.dead);
+  if (q.counters.stale_acks) w.u64(q.counters.stale_acks);
   return w.seal();
 }
 
 std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   Reader r(bytes);
-  if (r.u8() != kQueueVersion) return std::nullopt;
+  std::uint8_t version = r.u8();
+  if (version != kQueueVersion && version != kQueueVersionStale) return std::nullopt;
   QueueRecord q;
   q.qid = r.u32();
   q.created_at = r.i64();
@@ -165,6 +170,8 @@ std::optional<QueueRecord> decode_queue(std::string_view bytes) {
   q.delayed = r.u64();
   q.leased = r.u64();
   q.dead = r.u64();
+  // Version 2 is written only with a count (one encoding per record).
+  if (version == kQueueVersionStale && (q.counters.stale_acks = r.u64()) == 0) return std::nullopt;
   if (!r.done()) return std::nullopt;
   return q;
 }

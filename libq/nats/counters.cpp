@@ -21,7 +21,7 @@ constexpr Millis kEventWindow = 20 * kMinute;
 
 const char* const kAll[] = {counter::kReceived,     counter::kAcked,    counter::kNacked,
                             counter::kDeadLettered, counter::kRedriven, counter::kDeduplicated,
-                            counter::kArrived};
+                            counter::kStaleAcks,    counter::kArrived};
 
 }  // namespace
 
@@ -198,6 +198,7 @@ QueueCounters Counters::read(const std::string& queue, std::uint64_t last_seq) {
     out.dead_lettered = totals[counter::kDeadLettered];
     out.redriven = totals[counter::kRedriven];
     out.deduplicated = totals[counter::kDeduplicated];
+    out.stale_acks = totals[counter::kStaleAcks];
     std::uint64_t arrived = totals[counter::kArrived];
     out.sent = last_seq > arrived ? last_seq - arrived : 0;
     return out;

@@ -1,5 +1,5 @@
 // Lifetime counters of queues on JetStream (`q stats`: received, acked,
-// nacked, dead_lettered, redriven, deduplicated; sent from the queue's
+// nacked, dead_lettered, redriven, deduplicated, stale_acks; sent from the queue's
 // stream). One counters stream per namespace, QC_<NS>, subjects
 // qc.<NS>.<Q>.<counter>: each counted operation publishes one empty event
 // message there, after its decision (the lease CAS), with a Nats-Msg-Id
@@ -27,6 +27,7 @@ constexpr const char* kNacked = "nacked";
 constexpr const char* kDeadLettered = "dead_lettered";
 constexpr const char* kRedriven = "redriven";
 constexpr const char* kDeduplicated = "deduplicated";
+constexpr const char* kStaleAcks = "stale_acks";
 // Messages that came into the queue by a redrive (from it or another
 // queue): its stream's last sequence less these is `sent`.
 constexpr const char* kArrived = "arrived";

@@ -323,6 +323,18 @@ std::vector<ReceiptResult> NatsBroker::do_ack(const std::string& queue,
     events.push_back(
         {nats::counter::kAcked, nats::event_id("ak", stream, a.seq, a.current.lease.nonce)});
   if (!events.empty()) counters_.count_together(queue, events);
+  // A stale ack decides nothing; each attempt counts (a random id), and a
+  // cluster that fails that count loses the count, not the answer.
+  std::vector<nats::Counters::Event> stale;
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (results[i].outcome == ReceiptOutcome::Stale && first.at(results[i].receipt) == i)
+      stale.push_back({nats::counter::kStaleAcks, "sa." + nats::random_token()});
+  if (!stale.empty()) {
+    try {
+      counters_.count_together(queue, stale);
+    } catch (const Error&) {
+    }
+  }
   // Now tell JetStream; if the cluster does not answer, the acks stand all the same.
   std::vector<nats::LeaseBook::Finish> finishing;
   for (const auto& a : decided) finishing.push_back({a.seq, a.current.lease.reply, a.revision});
@@ -533,6 +545,12 @@ AckSendResult NatsBroker::do_ack_and_send(const std::string& queue, const std::s
     result.outcome =
         e.kind() == ErrorKind::Stale ? ReceiptOutcome::Stale : ReceiptOutcome::Malformed;
     result.detail = e.what();
+    if (result.outcome == ReceiptOutcome::Stale) {
+      try {  // the count is lost, not the answer
+        counters_.count(queue, nats::counter::kStaleAcks, "sa." + nats::random_token());
+      } catch (const Error&) {
+      }
+    }
     return result;
   }
   if (!messages.empty()) {

@@ -139,6 +139,11 @@ TEST_P(Conformance, AnOldReceiptIsStaleOnceTheMessageWasDeliveredAgain) {
   EXPECT_EQ(broker_->ack(queue, {second[0].receipt}).at(0).outcome, ReceiptOutcome::Done);
   EXPECT_EQ(broker_->ack(queue, {second[0].receipt}).at(0).outcome, ReceiptOutcome::Stale);
   EXPECT_EQ(stats(queue).counters.acked, 1u);
+  // Each refused ack counts as a stale ack (a receipt given twice in one call, once);
+  // extend and nack refused are not acks.
+  auto twice = broker_->ack(queue, {first[0].receipt, first[0].receipt});
+  EXPECT_EQ(twice.at(1).outcome, ReceiptOutcome::Stale);
+  EXPECT_EQ(stats(queue).counters.stale_acks, 3u);
 }
 
 TEST_P(Conformance, AMalformedReceiptIsAnOutcomeOrInvalidData) {

@@ -8,7 +8,7 @@ assert_exit 0 "$Q" create st --max-receives 1
 # A fresh queue: all zero, no oldest message.
 s=$(stats_json st)
 assert_eq "st" "$(jq -r .queue <<<"$s")" "stats --json: queue"
-for f in visible in_flight delayed dead sent received acked nacked dead_lettered redriven expired deduplicated; do
+for f in visible in_flight delayed dead sent received acked nacked dead_lettered redriven expired deduplicated stale_acks; do
   assert_eq 0 "$(jq ".$f" <<<"$s")" "fresh queue: $f"
   assert_eq number "$(jq -r ".$f|type" <<<"$s")" "stats --json: $f is a number"
 done
@@ -23,6 +23,7 @@ assert_match '^[0-9-]{10}T[0-9:]{8}\.[0-9]{3}Z$' "$(jq -r .created_at <<<"$s")" 
 #   m-e: visible
 #   m-f: received once with a 0s lease, then dead-lettered by the next receive
 #   dedup: one send repeated with the same dedup id
+#   a stale ack: m-a's receipt acked again (exit 3)
 assert_exit 0 "$Q" send st m-f
 assert_exit 0 "$Q" receive st --visibility-timeout 0s
 sleep 0.25   # the oldest live message is at least this old
@@ -31,13 +32,14 @@ assert_exit 0 "$Q" receive st -n 4 --json   # dead-letters m-f, receives m-a m-b
 assert_eq 'm-a m-b m-c' "$(jq -r .body <<<"$OUT" | xargs)" "received m-a m-b m-c (m-f went to the dlq)"
 mapfile -t rs < <(jq -r .receipt <<<"$OUT")
 assert_exit 0 "$Q" ack st "${rs[0]}"
+assert_exit 3 "$Q" ack st "${rs[0]}"
 assert_exit 0 "$Q" nack st "${rs[1]}"
 assert_exit 0 "$Q" send st m-d --delay 1h
 assert_exit 0 "$Q" send st m-e --dedup-id e
 assert_exit 0 "$Q" send st m-e --dedup-id e
 
 s=$(stats_json st)
-want='{"queue":"st","visible":2,"in_flight":1,"delayed":1,"dead":1,"sent":6,"received":4,"acked":1,"nacked":1,"dead_lettered":1,"redriven":0,"expired":0,"deduplicated":1,"kind":"standard","paused":false}'
+want='{"queue":"st","visible":2,"in_flight":1,"delayed":1,"dead":1,"sent":6,"received":4,"acked":1,"nacked":1,"dead_lettered":1,"redriven":0,"expired":0,"deduplicated":1,"stale_acks":1,"kind":"standard","paused":false}'
 assert_eq "$want" "$(jq -c 'del(.oldest_age_ms, .created_at)' <<<"$s")" "stats --json fields"
 age=$(jq .oldest_age_ms <<<"$s")
 assert_eq number "$(jq -r '.oldest_age_ms|type' <<<"$s")" "oldest_age_ms is a number"
@@ -58,7 +60,7 @@ read -r -a row <<<"${lines[1]}"
 assert_eq "st 2 1 1 1" "${row[*]:0:5}" "stats text row: queue visible in_flight delayed dead"
 assert_match '^[0-9]+\.[0-9]s$' "${row[5]}" "stats text row: OLDEST like 0.4s"
 assert_eq "6 1" "${row[*]:6:2}" "stats text row: sent acked"
-assert_contains "$OUT" "lifetime: sent 6, received 4, acked 1, nacked 1, dead-lettered 1, redriven 0, expired 0, deduplicated 1" \
+assert_contains "$OUT" "lifetime: sent 6, received 4, acked 1, nacked 1, dead-lettered 1, redriven 0, expired 0, deduplicated 1, stale acks 1" \
   "stats text: lifetime counters"
 
 # A redrive counts; counters never go down, even after purge.

@@ -14,8 +14,13 @@ got=$("$Q" receive S --wait 3s --json)
 elapsed=$(($(now_ms) - start))
 assert_eq a "$(jq -r .body <<<"$got")" "the first line of a trickle is receivable"
 kill -0 "$producer" 2>/dev/null || fail "the producer ended before its first line was received"
-((elapsed < 200 * scale)) ||
-  fail "the first line of a trickle became receivable after $elapsed ms (limit $((200 * scale)) ms)"
+# A send that waits for more input, or for a flush timer of a second or more,
+# fails this; the limit is not tighter because on a loaded machine (CI, load 9)
+# two process starts and a NATS cluster's round trips alone took 360 ms.
+# Capped under the producer's 2 s pause, so the check keeps its teeth under ASan.
+limit=$((1000 * scale < 1600 ? 1000 * scale : 1600))
+((elapsed < limit)) ||
+  fail "the first line of a trickle became receivable after $elapsed ms (limit $limit ms)"
 echo "trickle: first line receivable $elapsed ms after the pipeline started"
 wait_for 1 test -s "$T/trickle.ids" || fail "the first id was not printed while the producer ran"
 assert_eq 1 "$(wc -l <"$T/trickle.ids")" "one id printed while the producer runs"

@@ -461,9 +461,10 @@ class Run {
         want = first[receipts[k]];
       else if (err == ErrorKind::InvalidData)
         want = ReceiptOutcome::Malformed;
-      else if (err == ErrorKind::Stale)
+      else if (err == ErrorKind::Stale) {
         want = ReceiptOutcome::Stale;
-      else {
+        ++m_.counters.stale_acks;
+      } else {
         m_.live.erase(m_.by_receipt(receipts[k])->seq);
         ++m_.counters.acked;
       }
@@ -579,12 +580,16 @@ class Run {
     options.to = "d";
     options.lines = plan.lines;
     options.max_bytes = plan.limit;
-    // A lost lease writes nothing, not even the maintenance (q-work(1): the
-    // output of a run whose lease was lost is not sent).
+    // A lost lease sends nothing (q-work(1): the output of a run whose lease
+    // was lost is not sent) and counts a stale ack; a malformed receipt
+    // writes nothing, not even the maintenance.
     const Model saved = m_;
     m_.maintain();
     const auto err = m_.receipt_error(receipt);
-    if (err) m_ = saved;
+    if (err == ErrorKind::InvalidData)
+      m_ = saved;
+    else if (err)
+      ++m_.counters.stale_acks;
     AckSendResult got;
     auto kind = attempt([&] {
       got = broker_->ack_and_send("m", receipt, "d",
@@ -847,15 +852,16 @@ class Run {
     };
     std::string have =
         line(stats.visible, stats.in_flight, stats.delayed, stats.dead, c.sent, c.received, c.acked,
-             c.nacked, c.dead_lettered, c.redriven, c.expired, c.deduplicated);
+             c.nacked, c.dead_lettered, c.redriven, c.expired, c.deduplicated, c.stale_acks);
     std::string want =
         line(visible, in_flight, delayed, m_.dead.size(), w.sent, w.received, w.acked, w.nacked,
-             w.dead_lettered, w.redriven, w.expired, w.deduplicated);
+             w.dead_lettered, w.redriven, w.expired, w.deduplicated, w.stale_acks);
     if (have != want)
-      disagree(trace_, fmt::format("stats (visible,in_flight,delayed,dead,sent,received,acked,"
-                                   "nacked,dead_lettered,redriven,expired,deduplicated) are {}, "
-                                   "the model {}",
-                                   have, want));
+      disagree(trace_,
+               fmt::format("stats (visible,in_flight,delayed,dead,sent,received,acked,"
+                           "nacked,dead_lettered,redriven,expired,deduplicated,stale_acks) are {}, "
+                           "the model {}",
+                           have, want));
     if (stats.oldest_age != oldest_age)
       disagree(trace_, fmt::format("oldest age {}, the model {}", stats.oldest_age.value_or(-1),
                                    oldest_age.value_or(-1)));

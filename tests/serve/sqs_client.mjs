@@ -1,7 +1,7 @@
 // q serve against npm's @aws-sdk/client-sqs (AWS JSON 1.0), the sign-up rush:
 // producers at 167/s, consumers at 50/s in all, poison messages dead-lettered
 // after maxReceiveCount and redriven by StartMessageMoveTask; FIFO order; a
-// wrong secret refused. Usage: node sqs_client.mjs ENDPOINT KEY SECRET PREFIX
+// wrong secret refused; a long poll woken by a send. Usage: node sqs_client.mjs ENDPOINT KEY SECRET PREFIX
 // (NODE_PATH names the directory holding @aws-sdk).
 import { createRequire } from "node:module";
 const require = createRequire(process.env.NODE_PATH + "/");
@@ -121,4 +121,15 @@ for (;;) {
 }
 check(order.filter((b) => b[0] === "a").join() === "a0,a2,a4" &&
       order.filter((b) => b[0] === "b").join() === "b1,b3,b5", `FIFO groups in order (${order})`);
+// A long poll (20 s) woken by a send on another connection.
+const lp = (await sqs.send(new CreateQueueCommand({ QueueName: `${prefix}-longpoll` }))).QueueUrl;
+const polling = client().send(new ReceiveMessageCommand({ QueueUrl: lp, WaitTimeSeconds: 20 }));
+await sleep(1000);
+const woken = Date.now();
+await sqs.send(new SendMessageCommand({ QueueUrl: lp, MessageBody: "wake up" }));
+const woke = (await polling).Messages || [];
+const after = (Date.now() - woken) / 1000;
+check(woke.length === 1 && woke[0].Body === "wake up" && after < 4 * scale,
+  `a long poll is woken by a send (${after.toFixed(2)} s after it)`);
+await sqs.send(new DeleteMessageCommand({ QueueUrl: lp, ReceiptHandle: woke[0].ReceiptHandle }));
 console.log("PASS");

@@ -294,6 +294,15 @@ while len(got) < 20:
         got.append(m["Attributes"]["SequenceNumber"])
         sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
 check(got == seqs, "received in that order with the same SequenceNumbers")
+# A stale handle on FIFO is refused as expired (README, differences from SQS).
+sqs.send_message(QueueUrl=fifo, MessageBody="once", MessageGroupId="st")
+m = sqs.receive_message(QueueUrl=fifo)["Messages"][0]
+sqs.change_message_visibility(QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+m2 = sqs.receive_message(QueueUrl=fifo)["Messages"][0]
+code = error_code(sqs.delete_message, QueueUrl=fifo, ReceiptHandle=m["ReceiptHandle"])
+check(code == "InvalidParameterValue" and m2["Body"] == "once",
+      f"FIFO: a stale handle's DeleteMessage is refused ({code})")
+sqs.delete_message(QueueUrl=fifo, ReceiptHandle=m2["ReceiptHandle"])
 
 # A long poll woken by a send.
 lp = sqs.create_queue(QueueName=f"{prefix}-longpoll")["QueueUrl"]
@@ -319,7 +328,15 @@ names = [u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix=prefix)["Q
 check(sorted(names) == sorted([f"{prefix}-signups-dlq", f"{prefix}-signups", f"{prefix}-attrs",
                                f"{prefix}-orders.fifo", f"{prefix}-longpoll"]),
       "ListQueues by prefix")
+page = sqs.list_queues(QueueNamePrefix=prefix, MaxResults=2)
+first_page, paged = len(page["QueueUrls"]), [u.rsplit("/", 1)[1] for u in page["QueueUrls"]]
+while page.get("NextToken"):
+    page = sqs.list_queues(QueueNamePrefix=prefix, MaxResults=2, NextToken=page["NextToken"])
+    paged += [u.rsplit("/", 1)[1] for u in page.get("QueueUrls", [])]
+check(first_page == 2 and sorted(paged) == sorted(names), f"ListQueues pages by MaxResults ({paged})")
+sqs.send_message(QueueUrl=lp, MessageBody="purged")
 sqs.purge_queue(QueueUrl=lp)
+check(attrs(lp)["ApproximateNumberOfMessages"] == "0", "PurgeQueue removes the waiting message")
 sqs.delete_queue(QueueUrl=lp)
 check(error_code(sqs.get_queue_url, QueueName=f"{prefix}-longpoll") ==
       "AWS.SimpleQueueService.NonExistentQueue", "DeleteQueue")

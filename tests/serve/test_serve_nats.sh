@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # q serve on a 3-node NATS cluster (issue 28): the same real clients as
-# serve_clients (test_serve.sh: the aws CLI, boto3 in both protocols, npm's
+# serve_clients (test_serve.sh: the aws CLI, Debian's boto3, npm's
 # @aws-sdk/client-sqs, then q stats / q dlq list / q show on the same
 # queues) against `q serve -f nats://...`; then a SIGTERM while requests are
 # in flight: each is answered (a long poll with no messages, a send that is
