@@ -176,14 +176,21 @@ void Broker::unregister_worker(std::uint32_t pid, Millis since) {
   do_unregister_worker(pid, since);
 }
 
-AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& receipt,
-                                   const std::string& to, std::vector<OutgoingMessage> messages,
-                                   const SendOptions& options) {
+namespace {
+// A stage's two queues: named right, and not the same queue.
+void check_stage(const std::string& queue, const std::string& to) {
   check_queue_name(queue);
   check_queue_name(to);
   if (to == queue)
     throw Error(ErrorKind::Usage,
                 fmt::format("queue {}: a stage cannot send to the queue it consumes", queue));
+}
+}  // namespace
+
+AckSendResult Broker::ack_and_send(const std::string& queue, const std::string& receipt,
+                                   const std::string& to, std::vector<OutgoingMessage> messages,
+                                   const SendOptions& options) {
+  check_stage(queue, to);
   for (const auto& m : messages) check_outgoing(to, m);
   return do_ack_and_send(queue, receipt, to, std::move(messages), options);
 }
@@ -192,11 +199,7 @@ std::vector<AckSendResult> Broker::ack_and_send_each(const std::string& queue,
                                                      const std::string& to,
                                                      std::vector<StageStep> steps,
                                                      const SendOptions& options) {
-  check_queue_name(queue);
-  check_queue_name(to);
-  if (to == queue)
-    throw Error(ErrorKind::Usage,
-                fmt::format("queue {}: a stage cannot send to the queue it consumes", queue));
+  check_stage(queue, to);
   // A step with a message no queue takes is refused here, alone.
   std::vector<AckSendResult> results(steps.size());
   std::vector<std::size_t> valid;
@@ -205,7 +208,7 @@ std::vector<AckSendResult> Broker::ack_and_send_each(const std::string& queue,
     try {
       for (const auto& m : steps[i].messages) check_outgoing(to, m);
     } catch (const Error& e) {
-      if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Io) throw;
+      if (!e.refuses_the_request()) throw;
       results[i].refused = e.what();
       continue;
     }
@@ -220,12 +223,6 @@ std::vector<AckSendResult> Broker::ack_and_send_each(const std::string& queue,
   return results;
 }
 
-// Busy (the writer lock) and Io (the store) say nothing about a step: they
-// end the call; any other error is DST refusing that step's output.
-static bool refuses_the_step(const Error& e) {
-  return e.kind() != ErrorKind::Busy && e.kind() != ErrorKind::Io;
-}
-
 std::vector<AckSendResult> Broker::do_ack_and_send_each(const std::string& queue,
                                                         const std::string& to,
                                                         std::vector<StageStep> steps,
@@ -236,7 +233,7 @@ std::vector<AckSendResult> Broker::do_ack_and_send_each(const std::string& queue
       results.push_back(
           do_ack_and_send(queue, step.receipt, to, std::move(step.messages), options));
     } catch (const Error& e) {
-      if (!refuses_the_step(e)) {
+      if (!e.refuses_the_request()) {  // the lock or the store: the call ends
         if (results.empty()) throw;
         return results;  // the rest not tried
       }

@@ -55,6 +55,13 @@ class Error : public std::runtime_error {
     return *this;
   }
 
+  // About the request (a queue full, a message too large, a queue gone), not
+  // about the writer lock or the store (Busy, Io): a batch can leave this one
+  // part undone and go on with the rest.
+  bool refuses_the_request() const noexcept {
+    return kind_ != ErrorKind::Busy && kind_ != ErrorKind::Io;
+  }
+
  private:
   ErrorKind kind_;
   std::string field_;

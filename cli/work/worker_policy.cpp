@@ -173,7 +173,7 @@ Settled OutcomePolicy::pass_on(const q::Message& m, const Ending& ending) {
     result = broker_.ack_and_send(o_.queue, m.receipt, o_.stage.to,
                                   stage_messages(m, ending.output, o_.stage), {});
   } catch (const q::Error& e) {
-    if (e.kind() == q::ErrorKind::Busy || e.kind() == q::ErrorKind::Io) throw;
+    if (!e.refuses_the_request()) throw;
     result.refused = e.what();
   }
   return passed_on(m, ending, result);

@@ -235,7 +235,7 @@ std::vector<AckSendResult> LmdbBroker::do_ack_and_send_each(const std::string& q
     txn.commit();
     return results;
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::Busy || e.kind() == ErrorKind::Io) throw;
+    if (!e.refuses_the_request()) throw;
     // DST refused one step's output and the transaction stored nothing: step
     // by step, so that only the refused one is left undone.
     return Broker::do_ack_and_send_each(queue, to, std::move(steps), options);
