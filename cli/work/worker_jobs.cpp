@@ -70,8 +70,11 @@ bool Worker::take_messages(Millis now) {
     }
     start(std::move(m), std::move(key), now);
   }
-  broker_.sync();
-  return !acks.empty() || !round.taken.empty();
+  // Only after a commit: a round that lost its messages to another worker
+  // committed nothing, and a sync then would be a wasted fdatasync.
+  const bool committed = !acks.empty() || !round.taken.empty();
+  if (committed) broker_.sync();
+  return committed;
 }
 
 bool Worker::adopt_redelivery(const q::Message& m) {
