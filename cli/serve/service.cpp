@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -43,21 +44,34 @@ json Service::Impl::settings() {
 // makes it their only holder; another writer receives nothing and waits),
 // applies `change` to the newest, sends the result, and acks what it received.
 // Should the lease have run out before the ack (the ack is stale), another
-// writer may have read the old doc meanwhile: the change is applied again to
-// whatever is newest then, so neither update is lost. The new doc is stored
-// before the old ones go, so a crash between the two leaves the newest
-// standing; a crashed writer's lease lapses after kSettingsLease.
+// writer may have read the old doc meanwhile and stored its own successor:
+// the doc this writer stored is a fork that lacks the other's update, so it
+// is received and dropped (never built on), and the change is applied again
+// to the other's, so neither update is lost. The new doc is stored before the
+// old ones go, so a crash between the two leaves the newest standing; a
+// crashed writer's lease lapses after kSettingsLease.
+//
+// With no doc at all (a new settings queue, or one emptied by hand), writers
+// that meet must not each store a first doc: two docs built on by two
+// writers at once would fork the history the same way. The first doc's dedup
+// id names the queue's lifetime send count read before the queue was seen
+// empty, so writers that saw the same empty queue store one doc between them.
 void Service::Impl::update_settings(const std::function<void(json&)>& change) {
   const auto deadline =
       std::chrono::steady_clock::now() + 3 * std::chrono::milliseconds(kSettingsLease);
+  std::set<std::string> forks;  // docs this call stored whose ack came back stale
   for (;;) {
+    // Read before the peek: a doc stored after this read makes the peek
+    // non-empty, so an empty peek means no doc was stored since `sent`.
+    auto before = broker->stats(kSettingsQueue);
+    std::uint64_t sent = before.empty() ? 0 : before[0].counters.sent;
     // Looked at first (a read): receiving is a write, not to be repeated
     // every few milliseconds while another writer holds the doc.
     auto docs = broker->peek(kSettingsQueue, 1000);
     if (docs.empty()) {
-      // No doc yet (or it was purged): an empty one to take. Writers that
-      // meet here each store one; the next receive takes them all.
-      broker->send(kSettingsQueue, {q::OutgoingMessage{"{}", {}, {}, {}}}, {});
+      broker->send(
+          kSettingsQueue,
+          {q::OutgoingMessage{"{}", {}, fmt::format("q-serve.settings.first.{}", sent), {}}}, {});
       continue;
     }
     std::vector<q::Message> held;
@@ -77,21 +91,31 @@ void Service::Impl::update_settings(const std::function<void(json&)>& change) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
-    // The newest by send (a doc whose lease lapsed is received in the order
-    // it became visible again).
-    auto newest = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
-      return q::parse_message_id(a.id).value_or(0) < q::parse_message_id(b.id).value_or(0);
-    });
+    std::vector<std::string> receipts;
+    for (const auto& m : held) receipts.push_back(m.receipt);
+    // The newest by send that is not one of this call's forks (a doc whose
+    // lease lapsed is received in the order it became visible again).
+    const q::Message* newest = nullptr;
+    for (const auto& m : held) {
+      if (forks.count(m.id)) continue;
+      if (!newest ||
+          q::parse_message_id(newest->id).value_or(0) < q::parse_message_id(m.id).value_or(0))
+        newest = &m;
+    }
+    if (!newest) {
+      // Only forks: drop them; the doc they forked from is another writer's.
+      broker->ack(kSettingsQueue, receipts);
+      continue;
+    }
     json doc = json::parse(newest->body, nullptr, false);
     if (!doc.is_object()) doc = json::object();
     change(doc);
-    broker->send(kSettingsQueue, {q::OutgoingMessage{doc.dump(), {}, {}, {}}}, {});
-    std::vector<std::string> receipts;
-    for (const auto& m : held) receipts.push_back(m.receipt);
+    auto stored = broker->send(kSettingsQueue, {q::OutgoingMessage{doc.dump(), {}, {}, {}}}, {});
     bool stale = false;
     for (const auto& r : broker->ack(kSettingsQueue, receipts))
       stale = stale || r.outcome == q::ReceiptOutcome::Stale;
     if (!stale) return;
+    for (const auto& r : stored) forks.insert(r.id);
   }
 }
 
