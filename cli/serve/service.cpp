@@ -61,17 +61,19 @@ void Service::Impl::update_settings(const std::function<void(json&)>& change) {
       std::chrono::steady_clock::now() + 3 * std::chrono::milliseconds(kSettingsLease);
   std::set<std::string> forks;  // docs this call stored whose ack came back stale
   for (;;) {
-    // Read before the peek: a doc stored after this read makes the peek
-    // non-empty, so an empty peek means no doc was stored since `sent`.
-    auto before = broker->stats(kSettingsQueue);
-    std::uint64_t sent = before.empty() ? 0 : before[0].counters.sent;
     // Looked at first (a read): receiving is a write, not to be repeated
     // every few milliseconds while another writer holds the doc.
     auto docs = broker->peek(kSettingsQueue, 1000);
     if (docs.empty()) {
-      broker->send(
-          kSettingsQueue,
-          {q::OutgoingMessage{"{}", {}, fmt::format("q-serve.settings.first.{}", sent), {}}}, {});
+      // The send count is read before a second look (only here, not in the
+      // wait above): a doc stored after the read makes that look non-empty,
+      // so an empty one means no doc was stored since `sent`.
+      auto before = broker->stats(kSettingsQueue);
+      std::uint64_t sent = before.empty() ? 0 : before[0].counters.sent;
+      if (broker->peek(kSettingsQueue, 1).empty())
+        broker->send(
+            kSettingsQueue,
+            {q::OutgoingMessage{"{}", {}, fmt::format("q-serve.settings.first.{}", sent), {}}}, {});
       continue;
     }
     std::vector<q::Message> held;
